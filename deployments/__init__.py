@@ -1,0 +1,1 @@
+"""Prefect deployments (schedules, work pools, parameters): declarations only."""

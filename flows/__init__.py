@@ -1,0 +1,1 @@
+"""Prefect flows: composition of tasks only, plus the ``mosaic`` command line."""

@@ -1,0 +1,174 @@
+"""The ``mosaic`` command line: each subcommand loads its config once and runs a flow."""
+
+from __future__ import annotations
+
+import os
+
+# Before Prefect is imported: no telemetry from an offline machine.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The temporary local API server needs more than Prefect's default 20 s on a 2-core machine.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from mosaic_core.config import NCBI_PUBMED_URL, IngestConfig, PairConfig  # noqa: E402
+
+app = typer.Typer(
+    name="mosaic",
+    help="Adapt a general text-embedding model to a domain: PubMed snapshots in, adapted model out.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console(stderr=True)
+
+DataRoot = Annotated[
+    Path,
+    typer.Option(
+        "--data-root",
+        "-d",
+        envvar="MOSAIC_DATA_ROOT",
+        help="Where partitions, manifests, the DuckDB catalog and cached results live.",
+    ),
+]
+DEFAULT_ROOT = Path("mosaic-data")
+DEMO_SOURCE = Path(__file__).resolve().parent.parent / "mosaic_core" / "demo_data"
+
+
+def _task_runner(workers: int, dask_address: Optional[str]):
+    """Threads for I/O-bound work on one machine; Dask processes/cluster for CPU-bound maps."""
+    if dask_address or workers > 1:
+        from prefect_dask import DaskTaskRunner
+
+        if dask_address:
+            return DaskTaskRunner(address=dask_address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True}
+        )
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=4)
+
+
+@app.command()
+def ingest(
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            "-s",
+            help="Local directory or glob of *.xml/*.xml.gz, or an HTTP(S) base laid out like "
+            "NCBI's pubmed/ (baseline/ and updatefiles/ listings with .md5 sidecars).",
+        ),
+    ] = NCBI_PUBMED_URL,
+    data_root: DataRoot = DEFAULT_ROOT,
+    subset: Annotated[
+        Optional[list[str]],
+        typer.Option(help="Remote/mirrored subsets to take: baseline, updatefiles (repeatable)."),
+    ] = None,
+    max_files: Annotated[Optional[int], typer.Option(help="Take only the first N files.")] = None,
+    min_title_words: Annotated[int, typer.Option(help="Drop titles shorter than this.")] = 4,
+    min_abstract_words: Annotated[int, typer.Option(help="Drop abstracts shorter than this.")] = 30,
+    language: Annotated[
+        Optional[list[str]], typer.Option(help="ISO 639-1 language(s) to keep (repeatable).")
+    ] = None,
+    no_journal: Annotated[bool, typer.Option(help="Do not append the journal to the query.")] = False,
+    no_keywords: Annotated[bool, typer.Option(help="Do not append keywords to the query.")] = False,
+    label_sections: Annotated[
+        bool, typer.Option(help="Prefix structured-abstract sections with their LABEL.")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option(help="Parse files in N worker processes (local Dask cluster).")
+    ] = 1,
+    dask_address: Annotated[
+        Optional[str], typer.Option(help="Run the per-file tasks on this Dask scheduler.")
+    ] = None,
+) -> None:
+    """Parse a PubMed snapshot into (title, abstract) pairs in Parquet.
+
+    Reruns process only new, changed or failed files; everything else comes from cache.
+    """
+    pairs = PairConfig(
+        append_journal=not no_journal,
+        append_keywords=not no_keywords,
+        prefix_abstract_labels=label_sections,
+        min_title_words=min_title_words,
+        min_abstract_words=min_abstract_words,
+        keep_languages=tuple(language or ("en",)),
+    )
+    cfg = IngestConfig(
+        source=source,
+        subsets=tuple(subset or ("baseline", "updatefiles")),
+        max_files=max_files,
+        pairs=pairs,
+    )
+    _run_ingest(cfg, data_root, workers, dask_address)
+
+
+def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int = 1, dask_address: str | None = None):
+    from flows.ingest import IngestFailed, ingest_flow
+
+    root = str(data_root.expanduser().resolve())
+    flow = ingest_flow.with_options(task_runner=_task_runner(workers, dask_address))
+    try:
+        flow(cfg, root)
+    except IngestFailed as exc:
+        _print_stats(Path(root))
+        console.print(f"[red]ingest failed:[/red] {exc}")
+        console.print("Fix or re-fetch the files named above and run the same command again: "
+                      "completed files come from cache.")
+        raise typer.Exit(1) from exc
+    _print_stats(Path(root))
+
+
+@app.command()
+def stats(data_root: DataRoot = DEFAULT_ROOT) -> None:
+    """Counts per source file and per drop reason, from the DuckDB catalog."""
+    if not data_root.exists():
+        console.print(f"[red]{data_root} does not exist[/red]: run `mosaic ingest` first.")
+        raise typer.Exit(2)
+    _print_stats(data_root)
+
+
+def _print_stats(data_root: Path) -> None:
+    from storage.catalog import Catalog
+    from storage.layout import DataLayout
+
+    out = Console()
+    with Catalog(DataLayout(data_root)) as cat:
+        cat.refresh()
+        files = Table(title="Ingested files")
+        for col in ("file", "status", "records", "kept", "dropped", "deleted PMIDs", "error"):
+            files.add_column(col, justify="right" if col in ("records", "kept", "dropped", "deleted PMIDs") else "left")
+        for part, status, rec, kept, dropped, deleted, error in cat.file_stats():
+            style = "red" if status != "complete" else None
+            files.add_row(part, status, str(rec), str(kept), str(dropped), str(deleted),
+                          (error or "")[:80], style=style)
+        out.print(files)
+        reasons = Table(title="Dropped records by reason")
+        reasons.add_column("reason")
+        reasons.add_column("count", justify="right")
+        for reason, n in cat.drop_reasons():
+            reasons.add_row(reason, str(n))
+        out.print(reasons)
+        totals = cat.totals()
+        out.print(
+            f"latest citations: {totals['latest_citations']}  ·  training pairs (latest, kept): "
+            f"{totals['latest_pairs']}  ·  deleted PMIDs: {totals['deleted_pmids']}  ·  "
+            f"catalog: {cat.layout.catalog_path}"
+        )
+
+
+@app.command()
+def run(data_root: DataRoot = Path("mosaic-demo")) -> None:
+    """Run the pipeline on the built-in demo sample (bundled PubMed XML, offline model, CPU)."""
+    cfg = IngestConfig(source=str(DEMO_SOURCE))
+    _run_ingest(cfg, data_root)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,59 @@
+"""Typed, frozen configuration for every stage, loaded once at the edge and passed explicitly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def config_hash(self) -> str:
+        """Stable 16-hex digest of every field; part of cache keys and manifests."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class PairConfig(_Frozen):
+    """How a citation becomes a (query, document) pair, and which pairs are kept."""
+
+    append_journal: bool = Field(True, description="Append the journal title to the query.")
+    append_keywords: bool = Field(True, description="Append author keywords to the query.")
+    prefix_abstract_labels: bool = Field(
+        False, description="Write structured abstracts as 'LABEL: text' sections."
+    )
+    strip_title_brackets: bool = Field(
+        True,
+        description="Remove the [...] PubMed puts around English translations of non-English titles.",
+    )
+    min_title_words: int = Field(4, ge=0, description="Drop pairs whose title has fewer words.")
+    min_abstract_words: int = Field(
+        30, ge=0, description="Drop pairs whose document (abstract) has fewer words."
+    )
+    max_abstract_words: int = Field(
+        2000, gt=0, description="Drop pairs whose abstract is longer (usually full-text dumps)."
+    )
+    keep_languages: tuple[str, ...] = Field(
+        ("en",), min_length=1, description="ISO 639-1 codes kept by the language filter."
+    )
+    language_prefix_chars: int = Field(300, gt=0)
+    language_seed: int = 0
+
+
+class IngestConfig(_Frozen):
+    """Where the snapshot comes from and how it becomes pairs."""
+
+    source: str = Field(
+        NCBI_PUBMED_URL,
+        description="Local directory, glob of *.xml[.gz], or an HTTP(S) base laid out like NCBI's pubmed/.",
+    )
+    subsets: tuple[Literal["baseline", "updatefiles"], ...] = ("baseline", "updatefiles")
+    max_files: int | None = Field(None, gt=0, description="Take only the first N files (smoke runs).")
+    pairs: PairConfig = PairConfig()
+    batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")

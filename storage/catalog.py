@@ -1,0 +1,173 @@
+"""The DuckDB catalog: SQL views over the Parquet datasets and the manifests of one data root.
+
+Views (refreshed by :meth:`Catalog.refresh`, which every flow calls at its end):
+
+``citations``          every parsed citation of every source file (kept and dropped)
+``deletions``          PMIDs removed by ``<DeleteCitation>`` blocks, with the file that removed them
+``ingest_manifests``   one row per source file: checksum, config, status, counts
+``latest_citations``   the latest version of each PMID across baseline + update files, minus
+                       PMIDs deleted by the same or a later file
+``latest_pairs``       ``latest_citations`` that passed every filter: the training pairs
+
+"Latest" orders a PMID's rows by (PMID ``Version``, file sequence, record position): NCBI
+numbers baseline and update files in one sequence, so a revision in update file 1300
+supersedes the baseline record in file 0001, and a later duplicate in the same file wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from storage import schemas
+from storage.layout import DataLayout
+
+_MANIFEST_COLUMNS = {
+    "stage": "VARCHAR",
+    "partition": "VARCHAR",
+    "source": "VARCHAR",
+    "source_md5": "VARCHAR",
+    "file_seq": "BIGINT",
+    "config_hash": "VARCHAR",
+    "code_version": "VARCHAR",
+    "status": "VARCHAR",
+    "error": "VARCHAR",
+    "records_in": "BIGINT",
+    "rows_out": "BIGINT",
+    "kept": "BIGINT",
+    "dropped": "MAP(VARCHAR, BIGINT)",
+    "deleted_pmids": "BIGINT",
+    "notes": "VARCHAR[]",
+    "outputs": "VARCHAR[]",
+    "started_at": "TIMESTAMPTZ",
+    "finished_at": "TIMESTAMPTZ",
+}
+
+
+def _literal(value: str) -> str:
+    """A SQL string literal. Only for paths derived from DataLayout: DuckDB takes no
+    parameters in DDL, and views must name their files."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+class Catalog:
+    """``Catalog(layout)``: open (read-only by default) the DuckDB catalog of a data root."""
+
+    def __init__(self, layout: DataLayout, read_only: bool = False):
+        self.layout = layout
+        layout.root.mkdir(parents=True, exist_ok=True)
+        self.con = duckdb.connect(str(layout.catalog_path), read_only=read_only)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- building -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """(Re)create every view over what is on disk now."""
+        self._parquet_view("citations", "citations", schemas.CITATIONS)
+        self._parquet_view("deletions", "deletions", schemas.DELETIONS)
+        self._manifest_view("ingest_manifests", "ingest")
+        self.con.execute(
+            """
+            CREATE OR REPLACE VIEW latest_citations AS
+            WITH latest AS (
+                SELECT * FROM citations
+                QUALIFY row_number() OVER (
+                    PARTITION BY pmid
+                    ORDER BY version DESC, file_seq DESC, source_file DESC, record_index DESC
+                ) = 1
+            )
+            SELECT l.* FROM latest l
+            WHERE NOT EXISTS (
+                SELECT 1 FROM deletions d WHERE d.pmid = l.pmid AND d.file_seq >= l.file_seq
+            )
+            """
+        )
+        self.con.execute(
+            """
+            CREATE OR REPLACE VIEW latest_pairs AS
+            SELECT pmid, version, source_file, file_seq, query, document, title, journal,
+                   keywords, mesh_headings, pub_year
+            FROM latest_citations WHERE drop_reason IS NULL
+            """
+        )
+
+    def _parquet_view(self, view: str, dataset: str, schema: pa.Schema) -> None:
+        directory = self.layout.dataset_dir(dataset)
+        if any(directory.glob("source=*/part.parquet")):
+            glob = _literal(str(directory / "source=*" / "part.parquet"))
+            self.con.execute(
+                f"CREATE OR REPLACE VIEW {view} AS SELECT * EXCLUDE (source) FROM "
+                f"read_parquet({glob}, hive_partitioning = true, union_by_name = true)"
+            )
+        else:  # no partitions yet: an empty relation with the right columns
+            empty = schema.empty_table()  # noqa: F841 (read by DuckDB's replacement scan)
+            self.con.execute(f"DROP VIEW IF EXISTS {view}")
+            self.con.execute(f"CREATE OR REPLACE TABLE {view}_empty AS SELECT * FROM empty")
+            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_empty")
+
+    def _manifest_view(self, view: str, stage: str) -> None:
+        directory = self.layout.manifest_dir(stage)
+        columns = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in _MANIFEST_COLUMNS.items()) + "}"
+        if any(directory.glob("*.json")):
+            source = f"read_json({_literal(str(directory / '*.json'))}, columns = {columns})"
+        else:
+            cols = ", ".join(f"NULL::{t} AS {k}" for k, t in _MANIFEST_COLUMNS.items())
+            source = f"(SELECT {cols} WHERE false)"
+        self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {source}")
+
+    # -- reading --------------------------------------------------------------------------
+    def rows(self, sql: str, params: Sequence | None = None) -> list[tuple]:
+        return self.con.execute(sql, params or []).fetchall()
+
+    def file_stats(self) -> list[tuple]:
+        """(partition, status, records_in, kept, dropped, deleted, error) per ingested file."""
+        return self.rows(
+            """
+            SELECT partition, status, records_in, kept, records_in - kept AS dropped,
+                   deleted_pmids, error
+            FROM ingest_manifests ORDER BY file_seq, partition
+            """
+        )
+
+    def drop_reasons(self) -> list[tuple]:
+        """(reason, count) over all files, largest first; zero counts left out."""
+        return self.rows(
+            """
+            SELECT reason, sum(n)::BIGINT AS n FROM (
+                SELECT unnest(map_keys(dropped)) AS reason, unnest(map_values(dropped)) AS n
+                FROM ingest_manifests
+            ) GROUP BY reason HAVING sum(n) > 0 ORDER BY n DESC, reason
+            """
+        )
+
+    def totals(self) -> dict[str, int]:
+        (citations, pairs_all) = self.rows(
+            "SELECT count(*), count(*) FILTER (WHERE drop_reason IS NULL) FROM citations"
+        )[0]
+        (latest,) = self.rows("SELECT count(*) FROM latest_citations")[0]
+        (latest_pairs,) = self.rows("SELECT count(*) FROM latest_pairs")[0]
+        (deleted,) = self.rows("SELECT count(DISTINCT pmid) FROM deletions")[0]
+        return {
+            "citation_rows": citations,
+            "kept_rows": pairs_all,
+            "latest_citations": latest,
+            "latest_pairs": latest_pairs,
+            "deleted_pmids": deleted,
+        }
+
+
+def refresh_catalog(layout: DataLayout) -> Path:
+    """Rebuild the catalog views of ``layout``; returns the catalog's path."""
+    with Catalog(layout) as cat:
+        cat.refresh()
+    return layout.catalog_path

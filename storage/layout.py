@@ -1,0 +1,66 @@
+"""Every path MOSAIC writes, derived from one data root."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_STEM = re.compile(r"(\.xml)?(\.gz)?$")
+_NCBI_NAME = re.compile(r"^(?:pubmed|medline)(\d{2})n(\d{4})$")
+
+
+def partition_name(file_name: str) -> str:
+    """``pubmed25n0001.xml.gz`` → ``pubmed25n0001``: the partition key of a source file."""
+    stem = _STEM.sub("", Path(file_name).name)
+    if not stem or not re.fullmatch(r"[A-Za-z0-9._-]+", stem):
+        raise ValueError(
+            f"source file name {file_name!r} cannot be a partition name: use letters, digits, '.', '_', '-'"
+        )
+    return stem
+
+
+def file_sequence(file_name: str) -> int:
+    """Order of a source file in the snapshot: later files revise earlier ones.
+
+    NCBI names ``pubmedYYnNNNN`` number baseline and update files in one sequence per
+    year, so (YY, NNNN) orders them. Other names get -1 (no revision order known): ties
+    are then broken by PMID version and record position.
+    """
+    m = _NCBI_NAME.match(partition_name(file_name))
+    return int(m.group(1)) * 100_000 + int(m.group(2)) if m else -1
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """``DataLayout(root)``: the on-disk layout of one MOSAIC data root."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.root / "raw"
+
+    def dataset_dir(self, dataset: str) -> Path:
+        return self.root / dataset
+
+    def partition_path(self, dataset: str, partition: str) -> Path:
+        return self.root / dataset / f"source={partition}" / "part.parquet"
+
+    def manifest_path(self, stage: str, partition: str) -> Path:
+        return self.root / "manifests" / stage / f"{partition}.json"
+
+    def manifest_dir(self, stage: str) -> Path:
+        return self.root / "manifests" / stage
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / "catalog.duckdb"
+
+    @property
+    def results_dir(self) -> Path:
+        """Prefect's persisted task results: kept with the data they describe."""
+        return self.root / ".prefect-results"

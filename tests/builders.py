@@ -1,0 +1,89 @@
+"""Builders for hand-written PubMed XML and helpers shared by the tests."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under ../shared/data; the test is skipped when it is absent (fresh clones)."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    return path
+
+
+def article(
+    pmid: int | str,
+    title: str = "A study of something rather interesting in patients",
+    abstract: str | list[tuple[str, str]] | None = (
+        "We studied something rather interesting in a large group of patients over several years "
+        "and found that the effect was both consistent and clinically relevant across all of the "
+        "subgroups that were examined in this cohort."
+    ),
+    *,
+    version: int = 1,
+    journal: str = "Journal of Tests",
+    keywords: tuple[str, ...] = (),
+    mesh: tuple[str, ...] = (),
+    language: str = "eng",
+    vernacular: str | None = None,
+    pub_date: str = "<Year>2020</Year><Month>Feb</Month><Day>3</Day>",
+    pub_types: tuple[str, ...] = ("Journal Article",),
+) -> str:
+    """One ``<MedlineCitation>`` element as XML text."""
+    if abstract is None:
+        abs_xml = ""
+    elif isinstance(abstract, str):
+        abs_xml = f"<Abstract><AbstractText>{abstract}</AbstractText></Abstract>"
+    else:
+        abs_xml = "<Abstract>" + "".join(
+            f'<AbstractText Label="{label}">{text}</AbstractText>' for label, text in abstract
+        ) + "</Abstract>"
+    kw = "".join(f"<Keyword>{k}</Keyword>" for k in keywords)
+    mh = "".join(f"<MeshHeading><DescriptorName>{m}</DescriptorName></MeshHeading>" for m in mesh)
+    pt = "".join(f"<PublicationType>{p}</PublicationType>" for p in pub_types)
+    return (
+        f'<MedlineCitation Status="MEDLINE" Owner="NLM"><PMID Version="{version}">{pmid}</PMID>'
+        f"<Article><Journal><JournalIssue><PubDate>{pub_date}</PubDate></JournalIssue>"
+        f"<Title>{journal}</Title></Journal><ArticleTitle>{title}</ArticleTitle>{abs_xml}"
+        f'<AuthorList CompleteYN="Y"><Author><LastName>Doe</LastName></Author></AuthorList>'
+        f"<Language>{language}</Language><PublicationTypeList>{pt}</PublicationTypeList>"
+        + (f"<VernacularTitle>{vernacular}</VernacularTitle>" if vernacular else "")
+        + f"</Article><MeshHeadingList>{mh}</MeshHeadingList>"
+        + (f"<KeywordList>{kw}</KeywordList>" if kw else "")
+        + "</MedlineCitation>"
+    )
+
+
+def pubmed_xml(citations: list[str], deleted: tuple[int, ...] = (), shape: str = "pubmed") -> str:
+    """A whole file in the current (``pubmed``) or older (``medline``) shape."""
+    dc = (
+        "<DeleteCitation>" + "".join(f'<PMID Version="1">{p}</PMID>' for p in deleted) + "</DeleteCitation>"
+        if deleted
+        else ""
+    )
+    if shape == "medline":
+        return '<?xml version="1.0"?>\n<MedlineCitationSet>\n' + "\n".join(citations) + dc + "</MedlineCitationSet>\n"
+    body = "\n".join(
+        f"<PubmedArticle>{c}<PubmedData><History><PubMedPubDate PubStatus=\"pubmed\"><Year>2020</Year>"
+        f"</PubMedPubDate></History></PubmedData></PubmedArticle>"
+        for c in citations
+    )
+    return '<?xml version="1.0"?>\n<PubmedArticleSet>\n' + body + dc + "\n</PubmedArticleSet>\n"
+
+
+def write_xml(path: Path, xml: str, md5_sidecar: bool = False) -> Path:
+    """Write ``xml`` (gzipped if the name ends in .gz), optionally with an NCBI-style .md5."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = gzip.compress(xml.encode(), mtime=0) if path.name.endswith(".gz") else xml.encode()
+    path.write_bytes(data)
+    if md5_sidecar:
+        Path(str(path) + ".md5").write_text(f"MD5({path.name})= {hashlib.md5(data).hexdigest()}\n")
+    return path
