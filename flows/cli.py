@@ -16,7 +16,8 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from mosaic_core.config import NCBI_PUBMED_URL, IngestConfig, PairConfig  # noqa: E402
+from mosaic_core.config import NCBI_PUBMED_URL, IngestConfig, PairConfig, VocabConfig  # noqa: E402
+from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
 app = typer.Typer(
     name="mosaic",
@@ -164,10 +165,52 @@ def _print_stats(data_root: Path) -> None:
 
 
 @app.command()
+def vocab(
+    corpus: Annotated[
+        str,
+        typer.Option(help="A MOSAIC data root (its latest pairs) or a pairs file (.jsonl/.parquet/.csv "
+                     "with query and document columns)."),
+    ],
+    out: Annotated[Path, typer.Option(help="Directory for the expanded model, V_D and the report.")],
+    base_model: Annotated[
+        str, typer.Option(help=f"Hub id, local path, or {OFFLINE_MODEL} (offline default).")
+    ] = "thenlper/gte-base",
+    vocab_size: Annotated[
+        Optional[int], typer.Option(help="Domain tokenizer size (default: the base vocabulary's).")
+    ] = None,
+    min_frequency: Annotated[int, typer.Option(help="Minimum corpus frequency of a new token.")] = 2,
+    columns: Annotated[
+        Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
+    ] = None,
+) -> None:
+    """Stage 1: train a domain tokenizer and add its new tokens to the base model.
+
+    Writes a model that SentenceTransformer/AutoModel load directly, domain_token_ids.json (V_D)
+    and vocab_report.{json,md} (tokens added, fertility before/after).
+    """
+    from flows.vocab import vocab_flow
+
+    cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
+                      text_columns=tuple(columns or ("query", "document")))
+    report = vocab_flow(corpus, cfg, str(out.expanduser().resolve()))
+    Console().print((out / "vocab_report.md").read_text() if (out / "vocab_report.md").exists() else report)
+
+
+@app.command()
 def run(data_root: DataRoot = Path("mosaic-demo")) -> None:
-    """Run the pipeline on the built-in demo sample (bundled PubMed XML, offline model, CPU)."""
-    cfg = IngestConfig(source=str(DEMO_SOURCE))
-    _run_ingest(cfg, data_root)
+    """Run the pipeline on the built-in demo (bundled PubMed XML, offline model, CPU).
+
+    Stages implemented so far: ingest, then stage 1 (vocabulary expansion of the offline
+    all-MiniLM-L6-v2) into DATA_ROOT/models/stage1.
+    """
+    from flows.vocab import vocab_flow
+
+    root = data_root.expanduser().resolve()
+    _run_ingest(IngestConfig(source=str(DEMO_SOURCE)), root)
+    out = root / "models" / "stage1"
+    vocab_flow(str(root), VocabConfig(base_model=OFFLINE_MODEL), str(out))
+    Console().print((out / "vocab_report.md").read_text())
+    Console().print(f"[green]adapted model (stage 1):[/green] {out}")
 
 
 if __name__ == "__main__":

@@ -57,3 +57,21 @@ class IngestConfig(_Frozen):
     max_files: int | None = Field(None, gt=0, description="Take only the first N files (smoke runs).")
     pairs: PairConfig = PairConfig()
     batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")
+
+
+class VocabConfig(_Frozen):
+    """Stage 1: how the domain tokenizer is trained (the number of tokens added follows)."""
+
+    base_model: str = Field(
+        "thenlper/gte-base", description="Hub id, local path, or offline:all-MiniLM-L6-v2."
+    )
+    vocab_size: int | None = Field(
+        None, gt=0, description="Domain tokenizer size; default: the base vocabulary's size."
+    )
+    min_frequency: int = Field(2, ge=1, description="Minimum corpus frequency of a new token.")
+    heldout_every: int = Field(
+        20, ge=2, description="Every n-th text is held out of training to measure fertility."
+    )
+    text_columns: tuple[str, ...] = Field(
+        ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
+    )

@@ -87,3 +87,32 @@ def write_xml(path: Path, xml: str, md5_sidecar: bool = False) -> Path:
     if md5_sidecar:
         Path(str(path) + ".md5").write_text(f"MD5({path.name})= {hashlib.md5(data).hexdigest()}\n")
     return path
+
+
+TINY_WORDS = ["the", "patient", "cell", "cells", "of", "and", "with", "in", "a", "was", "were", "is", "q"]
+
+
+def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32) -> Path:
+    """A 2-layer, hidden-32 BERT with a small WordPiece vocabulary, saved to ``path``.
+
+    The vocabulary holds the specials, every lowercase letter and digit (word-initial and
+    ``##``), and ``words``: enough to render any ASCII word, never a non-Latin one.
+    """
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars), *words]
+    vocab = list(dict.fromkeys(vocab))
+    backend = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok = BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
+                            cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=2 * hidden, max_position_embeddings=128)
+    BertModel(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -1,0 +1,23 @@
+"""The stage-1 flow: a domain corpus in, an expanded model directory out."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from mosaic_core.config import VocabConfig
+from tasks.vocab import expand_vocabulary_for
+
+
+@flow(name="vocab")
+def vocab_flow(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
+    report = expand_vocabulary_for(out_dir)(corpus, cfg, out_dir)
+    create_markdown_artifact(
+        key="vocab-report",
+        markdown=(f"Stage 1 on `{corpus}` → `{out_dir}`: **{report['tokens_added']:,} tokens added**; "
+                  f"fertility {report['fertility_before']:.3f} → {report['fertility_after']:.3f}; "
+                  f"single-token words {report['single_token_share_before']:.1%} → "
+                  f"{report['single_token_share_after']:.1%}"),
+        description="Vocabulary expansion",
+    )
+    return report

@@ -1,0 +1,51 @@
+"""Prefect task of stage 1: domain tokenizer + vocabulary expansion."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from prefect import Task, task
+from prefect.context import TaskRunContext
+
+from mosaic_core import vocab
+from mosaic_core.config import VocabConfig
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.models import resolve_model
+from mosaic_core.versioning import code_version
+from storage.pairs_io import corpus_fingerprint, corpus_texts
+
+log = logging.getLogger(__name__)
+CODE_VERSION = code_version(vocab)
+
+
+def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
+    cfg: VocabConfig = parameters["cfg"]
+    parts = [
+        model_fingerprint(resolve_model(cfg.base_model)),
+        corpus_fingerprint(parameters["corpus"]),
+        cfg.config_hash(),
+        CODE_VERSION,
+        str(Path(parameters["out_dir"]).resolve()),
+    ]
+    return "vocab-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+@task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, retries=0)
+def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
+    """Train the domain tokenizer on ``corpus`` and write the expanded model to ``out_dir``;
+    returns the report as a dict (small: a manifest, never the model)."""
+    texts = corpus_texts(corpus, cfg.text_columns)
+    log.info("stage 1: %d texts from %s", len(texts), corpus)
+    report = vocab.build_expanded_model(
+        cfg.base_model, texts, Path(out_dir), cfg.vocab_size, cfg.min_frequency, cfg.heldout_every
+    )
+    return {"out_dir": out_dir, **asdict(report)}
+
+
+def expand_vocabulary_for(out_dir: str) -> Task:
+    """``expand_vocabulary``, bypassing Prefect's cache when the output directory is gone."""
+    done = (Path(out_dir) / "domain_token_ids.json").exists()
+    return expand_vocabulary.with_options(refresh_cache=not done)

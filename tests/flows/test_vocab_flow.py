@@ -1,0 +1,42 @@
+import json
+
+import pytest
+from builders import tiny_bert
+
+from flows.vocab import vocab_flow
+from mosaic_core.config import VocabConfig
+from storage.pairs_io import CorpusError, corpus_fingerprint, corpus_texts
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+PAIRS = [{"query": "Cardiomyopathy in the patient", "document": "Cardiomyopathy and immunotherapy were studied."},
+         {"query": "Hepatocytes with immunotherapy", "document": "Hepatocytes and cardiomyocytes were cultured."}] * 30
+
+
+def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
+    corpus = tmp_path / "pairs.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    cfg = VocabConfig(base_model=str(tiny_bert(tmp_path / "base")), vocab_size=300, heldout_every=5)
+    out = tmp_path / "expanded"
+    first = vocab_flow(str(corpus), cfg, str(out))
+    assert first["tokens_added"] > 0 and (out / "domain_token_ids.json").exists()
+    mtime = (out / "model.safetensors").stat().st_mtime_ns
+    assert vocab_flow(str(corpus), cfg, str(out)) == first  # cached: nothing rebuilt
+    assert (out / "model.safetensors").stat().st_mtime_ns == mtime
+    (out / "domain_token_ids.json").unlink()  # output gone: rebuilt despite the cache
+    vocab_flow(str(corpus), cfg, str(out))
+    assert (out / "domain_token_ids.json").exists()
+
+
+def test_corpus_readers(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"query": "a b", "document": "c d"}\n{"query": "", "document": null}\n')
+    assert corpus_texts(str(jsonl)) == ["a b", "c d"]
+    csv = tmp_path / "p.csv"
+    csv.write_text("q,d\nx y,z w\n")
+    assert corpus_texts(str(csv), ("q", "d")) == ["x y", "z w"]
+    with pytest.raises(CorpusError, match="no column"):
+        corpus_texts(str(csv))
+    with pytest.raises(CorpusError, match="neither"):
+        corpus_texts(str(tmp_path / "nope"))
+    assert corpus_fingerprint(str(jsonl)) != corpus_fingerprint(str(csv))

@@ -1,0 +1,138 @@
+import json
+
+import pytest
+import torch
+from builders import shared_data, tiny_bert
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel, AutoTokenizer
+
+from mosaic_core.models import OFFLINE_MODEL, resolve_model
+from mosaic_core.vocab import (
+    UnsupportedTokenizer,
+    WordPieceSpec,
+    build_expanded_model,
+    expand_mlm_bias,
+    mean_init_rows,
+)
+
+CORPUS = [
+    "The cardiomyopathy patient was treated with immunotherapy and cardiomyopathy improved.",
+    "Cardiomyocytes and hepatocytes were cultured; cardiomyopathy in cardiomyocytes is common.",
+    "Immunotherapy of hepatocytes, with immunotherapy again: hepatocytes were stained.",
+    "Жидкость and жидкость were measured with the patient in cardiomyopathy.",
+] * 20
+
+
+@pytest.fixture(scope="module")
+def expanded(tmp_path_factory):
+    base = tiny_bert(tmp_path_factory.mktemp("base"))
+    out = tmp_path_factory.mktemp("expanded")
+    report = build_expanded_model(str(base), CORPUS, out, vocab_size=400, min_frequency=2, heldout_every=10)
+    return base, out, report
+
+
+def test_old_rows_bit_identical_new_rows_mean_of_base_pieces(expanded):
+    base, out, report = expanded
+    old = AutoModel.from_pretrained(base).get_input_embeddings().weight
+    new = AutoModel.from_pretrained(out).get_input_embeddings().weight
+    assert torch.equal(new[: old.shape[0]], old)
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    ids = json.loads((out / "domain_token_ids.json").read_text())
+    assert ids == list(range(old.shape[0], old.shape[0] + report.tokens_added)) and ids
+    checked = 0
+    for token_id in ids:
+        token = new_tok.convert_ids_to_tokens(token_id)
+        if token.startswith("##"):
+            # Inside a word: after "q" (a vocabulary word no longer entry extends), the base
+            # tokenizer splits the rest exactly as it would mid-word.
+            pieces = base_tok.tokenize("q" + token[2:])[1:]
+        else:
+            pieces = base_tok.tokenize(token)
+        assert "[UNK]" not in pieces
+        expected = old[base_tok.convert_tokens_to_ids(pieces)].mean(0)
+        torch.testing.assert_close(new[token_id], expected, rtol=0, atol=1e-6)
+        checked += 1
+    assert checked == report.tokens_added
+
+
+def test_unknown_only_tokens_are_not_added(expanded):
+    _, out, report = expanded
+    vocab = AutoTokenizer.from_pretrained(out).get_vocab()
+    assert report.skipped_unknown > 0
+    assert not any("ж" in t for t in vocab)
+
+
+def test_continuation_token_is_used_mid_word(expanded):
+    base, out, _ = expanded
+    new_tok = AutoTokenizer.from_pretrained(out)
+    ids = json.loads((out / "domain_token_ids.json").read_text())
+    continuation = [t for t in new_tok.convert_ids_to_tokens(ids) if t.startswith("##") and len(t) > 4]
+    assert continuation
+    token = continuation[0]
+    pieces = new_tok.tokenize("q" + token[2:])
+    assert token in pieces[1:], pieces
+    assert new_tok.tokenize("cardiomyopathy") == ["cardiomyopathy"]  # a whole domain word
+    assert len(AutoTokenizer.from_pretrained(base).tokenize("cardiomyopathy")) > 1
+
+
+def test_round_trip_and_unchanged_embeddings_without_new_tokens(expanded):
+    base, out, _ = expanded
+    st_base, st_new = SentenceTransformer(str(base), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    plain = ["the patient was with cells", "a cell is in the cells"]
+    ids = AutoTokenizer.from_pretrained(out)(plain)["input_ids"]
+    assert ids == AutoTokenizer.from_pretrained(base)(plain)["input_ids"]
+    torch.testing.assert_close(st_new.encode(plain, convert_to_tensor=True),
+                               st_base.encode(plain, convert_to_tensor=True), rtol=0, atol=0)
+    assert st_new.encode(["cardiomyopathy"]).shape == (1, 32)
+
+
+def test_report_numbers(expanded):
+    _, out, report = expanded
+    assert report.tokens_added > 0
+    assert report.fertility_after < report.fertility_before
+    assert report.single_token_share_after > report.single_token_share_before
+    assert json.loads((out / "vocab_report.json").read_text())["tokens_added"] == report.tokens_added
+    assert "tokens added" in (out / "vocab_report.md").read_text()
+
+
+def test_wordpiece_split():
+    spec = WordPieceSpec({"un": 0, "##aff": 1, "##able": 2, "##un": 3, "a": 4}, "##", "[UNK]", 100)
+    assert spec.split("unaffable") == ["un", "##aff", "##able"]
+    assert spec.split("unaffable", continuation=True) == ["##un", "##aff", "##able"]
+    assert spec.split("aff", continuation=False) is None  # "aff" exists only as "##aff"
+    assert spec.base_pieces("##unaff") == ["##un", "##aff"]
+    assert spec.split("xyz") is None
+
+
+def test_mean_init_and_bias_growth():
+    w = torch.arange(12, dtype=torch.float32).view(4, 3)
+    assert torch.equal(mean_init_rows(w, [[0, 2], [3]]), torch.tensor([[3.0, 4, 5], [9, 10, 11]]))
+    bias = torch.tensor([1.0, 2, 3, 4])
+    assert torch.equal(expand_mlm_bias(bias, [[0, 1], [3]]), torch.tensor([1.0, 2, 3, 4, 1.5, 4]))
+
+
+def test_non_wordpiece_tokenizer_is_a_clear_error(tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE({"a": 0}, [])))
+    with pytest.raises(UnsupportedTokenizer, match="WordPiece"):
+        WordPieceSpec.of(tok)
+
+
+def test_real_biomedical_corpus_with_offline_model(tmp_path):
+    path = shared_data("biomed", "biomed_title_abstract.jsonl")
+    texts = []
+    with open(path) as fh:
+        for _, line in zip(range(1500), fh, strict=False):
+            rec = json.loads(line)
+            texts += [rec["title"] or "", rec["abstract"] or ""]
+    report = build_expanded_model(OFFLINE_MODEL, texts, tmp_path)
+    assert report.tokens_added > 1000
+    assert report.fertility_after < 0.9 * report.fertility_before
+    base = SentenceTransformer(resolve_model(OFFLINE_MODEL), device="cpu")
+    new = SentenceTransformer(str(tmp_path), device="cpu")
+    plain = ["the patient was treated at home", "results of the study"]
+    assert new.tokenizer(plain)["input_ids"] == base.tokenizer(plain)["input_ids"]
+    torch.testing.assert_close(new.encode(plain, convert_to_tensor=True), base.encode(plain, convert_to_tensor=True),
+                               rtol=0, atol=0)
