@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob as globlib
 import hashlib
+import html.parser
 import http.client
 import logging
 import os
@@ -28,8 +29,6 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-
-from lxml import html
 
 from storage.layout import DataLayout, file_sequence, partition_name
 
@@ -160,7 +159,7 @@ def _list_remote(base: str, subsets: tuple[str, ...], timeout: float) -> list[So
             continue
         with resp:
             page = resp.read()
-        hrefs = html.fromstring(page).xpath("//a/@href") if page.strip() else []
+        hrefs = _hrefs(page.decode("utf-8", "replace"))
         names = sorted(
             {
                 urllib.parse.unquote(h.rsplit("/", 1)[-1])
@@ -172,6 +171,23 @@ def _list_remote(base: str, subsets: tuple[str, ...], timeout: float) -> list[So
     if len(missing) == len(subsets):
         raise SourceError(f"{base}: none of {', '.join(subsets)} could be listed: {'; '.join(missing)}")
     return files
+
+
+class _LinkParser(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def _hrefs(page: str) -> list[str]:
+    """Link targets of a directory-listing page (Apache/nginx autoindex, NCBI's)."""
+    parser = _LinkParser()
+    parser.feed(page)
+    return parser.hrefs
 
 
 def md5_of(path: str | Path, chunk: int = 1 << 20) -> str:
