@@ -199,6 +199,19 @@ def expand_mlm_bias(bias: torch.Tensor, piece_ids: Sequence[Sequence[int]]) -> t
     return torch.cat([bias.detach(), extra])
 
 
+def _masked_lm_with_head(resolved: str) -> torch.nn.Module | None:
+    """The checkpoint as ``*ForMaskedLM`` if it ships MLM head weights, else ``None``."""
+    from transformers import AutoModelForMaskedLM
+
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(resolved, output_loading_info=True)
+    except ValueError:  # no masked-LM class for this architecture
+        return None
+    if info["missing_keys"]:  # the head was initialised fresh: the checkpoint has none
+        return None
+    return model
+
+
 def fertility(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> tuple[int, float, float]:
     """(words, pieces per word, share of words that are a single piece) over ``texts``,
     words as the tokenizer's own normalizer + pre-tokenizer define them."""
@@ -250,6 +263,19 @@ def build_expanded_model(
     expand_embeddings(transformer.auto_model, new_ids, [[spec.vocab[p] for p in pieces[t]] for t in tokens], new_size)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
+    mlm = _masked_lm_with_head(resolve_model(base_model))
+    if mlm is not None:
+        # Keep the checkpoint's MLM head for stage 2: embeddings grown as above (the decoder
+        # is tied to them) and the decoder bias grown consistently; AutoModel and
+        # SentenceTransformer load the encoder from this checkpoint as before.
+        piece_ids = [[spec.vocab[p] for p in pieces[t]] for t in tokens]
+        old_bias = mlm.get_output_embeddings().bias.detach().clone()
+        expand_embeddings(mlm, new_ids, piece_ids, new_size)
+        with torch.no_grad():
+            bias = mlm.get_output_embeddings().bias
+            bias[: old_bias.shape[0]] = old_bias
+            bias[new_ids] = expand_mlm_bias(old_bias, piece_ids)[old_bias.shape[0]:]
+        mlm.save_pretrained(out_dir)
     (out_dir / "domain_token_ids.json").write_text(json.dumps(new_ids))
 
     words, fert_before, single_before = fertility(base_tok, heldout)

@@ -92,7 +92,7 @@ def write_xml(path: Path, xml: str, md5_sidecar: bool = False) -> Path:
 TINY_WORDS = ["the", "patient", "cell", "cells", "of", "and", "with", "in", "a", "was", "were", "is", "q"]
 
 
-def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32) -> Path:
+def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32, mlm_head: bool = False) -> Path:
     """A 2-layer, hidden-32 BERT with a small WordPiece vocabulary, saved to ``path``.
 
     The vocabulary holds the specials, every lowercase letter and digit (word-initial and
@@ -100,7 +100,7 @@ def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32) -> Pa
     """
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast
 
     chars = "abcdefghijklmnopqrstuvwxyz0123456789"
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars), *words]
@@ -113,6 +113,12 @@ def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32) -> Pa
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=2 * hidden, max_position_embeddings=128)
-    BertModel(config).save_pretrained(path)
+    if mlm_head:  # a checkpoint with its own MLM head, its decoder bias made non-trivial
+        model = BertForMaskedLM(config)
+        with torch.no_grad():
+            model.cls.predictions.bias.copy_(torch.randn(len(vocab)))
+        model.save_pretrained(path)
+    else:
+        BertModel(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path

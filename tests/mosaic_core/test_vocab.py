@@ -86,6 +86,29 @@ def test_round_trip_and_unchanged_embeddings_without_new_tokens(expanded):
     assert st_new.encode(["cardiomyopathy"]).shape == (1, 32)
 
 
+def test_checkpoint_mlm_head_grows_consistently(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    base = tiny_bert(tmp_path / "base", mlm_head=True)
+    out = tmp_path / "out"
+    build_expanded_model(str(base), CORPUS, out, vocab_size=400, heldout_every=10)
+    old, new = AutoModelForMaskedLM.from_pretrained(base), AutoModelForMaskedLM.from_pretrained(out)
+    v = old.config.vocab_size
+    old_bias, new_bias = old.cls.predictions.bias, new.cls.predictions.bias
+    assert torch.equal(new_bias[:v], old_bias)
+    assert new.get_output_embeddings().weight is new.get_input_embeddings().weight  # still tied
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    for token_id in json.loads((out / "domain_token_ids.json").read_text()):
+        token = new_tok.convert_ids_to_tokens(token_id)
+        pieces = base_tok.tokenize("q" + token[2:])[1:] if token.startswith("##") else base_tok.tokenize(token)
+        expected = old_bias[base_tok.convert_tokens_to_ids(pieces)].mean()
+        torch.testing.assert_close(new_bias[token_id], expected, rtol=0, atol=1e-6)
+    assert new_bias.shape[0] == new.get_input_embeddings().weight.shape[0] > v
+    assert SentenceTransformer(str(out), device="cpu").encode(["cardiomyopathy"]).shape == (1, 32)
+    torch.testing.assert_close(AutoModel.from_pretrained(out).get_input_embeddings().weight[:v],
+                               old.get_input_embeddings().weight, rtol=0, atol=0)
+
+
 def test_report_numbers(expanded):
     _, out, report = expanded
     assert report.tokens_added > 0
