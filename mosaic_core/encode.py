@@ -1,0 +1,137 @@
+"""Sentence embeddings from any Hugging Face encoder, for the consistency filter and evaluation.
+
+Pooling and normalisation come from the model's sentence-transformers files when it has them
+(``1_Pooling/config.json``, a ``Normalize`` module in ``modules.json``) and from explicit
+arguments otherwise. Texts are encoded in order of token length, so a batch pads to its own
+longest text, and results come back in input order. On CUDA, and on CPUs with native bf16
+(AVX512-BF16 / AMX), the forward pass runs under bf16 autocast; pooling and normalisation run
+in fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+from mosaic_core.models import resolve_model
+
+log = logging.getLogger(__name__)
+
+Pooling = Literal["mean", "cls"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (otherwise bf16 autocast is slower than fp32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device`` (``None``: plain fp32)."""
+    if precision == "fp32":
+        return None
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ValueError("fp16 autocast is for CUDA devices; use bf16 or fp32 on CPU")
+        return torch.float16
+    if precision == "bf16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if cpu_has_bf16() else None
+
+
+def read_st_pooling(model_dir: str) -> tuple[Pooling | None, bool | None]:
+    """(pooling, normalize) declared by a sentence-transformers model directory, if any."""
+    root = Path(model_dir)
+    modules = root / "modules.json"
+    if not modules.is_file():
+        return None, None
+    entries = json.loads(modules.read_text())
+    normalize = any(e.get("type", "").endswith("Normalize") for e in entries)
+    pooling: Pooling | None = None
+    for e in entries:
+        if e.get("type", "").endswith("Pooling"):
+            cfg = json.loads((root / e["path"] / "config.json").read_text())
+            if cfg.get("pooling_mode_cls_token"):
+                pooling = "cls"
+            elif cfg.get("pooling_mode_mean_tokens"):
+                pooling = "mean"
+            else:
+                raise ValueError(f"{root}: unsupported pooling {cfg}; MOSAIC supports mean and CLS")
+    return pooling, normalize
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """``[B, T, d]`` token states + ``[B, T]`` attention mask → ``[B, d]`` fp32 embeddings."""
+    hidden = hidden.float()
+    if pooling == "cls":
+        return hidden[:, 0]
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+@dataclass
+class Encoder:
+    """``Encoder.load(model)`` then ``encode(texts) -> float32 [n, d]``."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    pooling: Pooling
+    normalize: bool
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    max_length: int = 256
+
+    @classmethod
+    def load(
+        cls,
+        model: str,
+        pooling: Pooling | None = None,
+        normalize: bool | None = None,
+        max_length: int = 256,
+        precision: Precision = "auto",
+        device: str = "auto",
+    ) -> Encoder:
+        resolved = resolve_model(model)
+        st_pooling, st_normalize = read_st_pooling(resolved) if Path(resolved).is_dir() else (None, None)
+        dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                           ("cpu" if device == "auto" else device))
+        net = AutoModel.from_pretrained(resolved).to(dev).eval()
+        tok = AutoTokenizer.from_pretrained(resolved)
+        return cls(net, tok, pooling or st_pooling or "mean",
+                   normalize if normalize is not None else bool(st_normalize), dev,
+                   resolve_precision(precision, dev), max_length)
+
+    @torch.inference_mode()
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        """Embeddings of ``texts`` in input order, ``float32 [len(texts), d]``."""
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length,
+                                                       add_special_tokens=True)["input_ids"]]
+        order = np.argsort(lengths, kind="stable")[::-1]  # longest first: OOM shows at once
+        out = np.empty((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        for start in tqdm(range(0, len(texts), batch_size), desc="encode", unit="batch",
+                          disable=not progress):
+            idx = order[start : start + batch_size]
+            batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                   max_length=self.max_length, return_tensors="pt").to(self.device)
+            with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                enabled=self.autocast_dtype is not None):
+                hidden = self.model(**batch).last_hidden_state
+            emb = pool(hidden, batch["attention_mask"], self.pooling)
+            if self.normalize:
+                emb = torch.nn.functional.normalize(emb, dim=-1)
+            out[idx] = emb.cpu().numpy()
+        return out

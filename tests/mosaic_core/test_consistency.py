@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+
+from mosaic_core.consistency import consistency_filter, score_histogram, threshold_filter
+
+
+def unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def naive(q, d, keys, k):
+    """Reference: full score matrix over distinct documents, rank by strict counting."""
+    uniq_keys = list(dict.fromkeys(keys))
+    first = [keys.index(u) for u in uniq_keys]
+    uniq = d[first]
+    own_idx = np.array([uniq_keys.index(kk) for kk in keys])
+    scores = q @ uniq.T
+    own = scores[np.arange(len(q)), own_idx]
+    rank = 1 + (scores > own[:, None]).sum(1)
+    return rank <= k, rank
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_matches_naive_reference(k):
+    rng = np.random.default_rng(k)
+    q = unit(rng.normal(size=(400, 16)))
+    d = unit(q + rng.normal(scale=0.35, size=q.shape))  # noisy: a real mix of kept and dropped
+    keys = [str(i) for i in range(len(q))]
+    res = consistency_filter(q, d, k=k, doc_keys=keys, depth=400)
+    kept, rank = naive(q, d, keys, k)
+    assert 0.1 < kept.mean() < 0.95
+    np.testing.assert_array_equal(res.kept, kept)
+    np.testing.assert_array_equal(res.rank, rank)
+    np.testing.assert_allclose(res.cosine, (q * d).sum(1), rtol=1e-5)
+
+
+def test_rank_beyond_depth_is_depth_plus_one():
+    rng = np.random.default_rng(0)
+    q = unit(rng.normal(size=(300, 8)))
+    d = unit(rng.normal(size=(300, 8)))  # unrelated: most own documents rank deep
+    res = consistency_filter(q, d, k=2, depth=10)
+    _, rank = naive(q, d, [str(i) for i in range(300)], 2)
+    np.testing.assert_array_equal(res.rank, np.where(rank > 10, 11, rank))
+    np.testing.assert_array_equal(res.kept, rank <= 2)
+
+
+def test_duplicate_documents_do_not_fail_a_correct_pair():
+    # Pairs 0 and 1 share an abstract (different titles); its two embeddings differ in the last
+    # bits, as they can when the copies are encoded in different batches.
+    q = unit(np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.2], [0.0, 0.0, 1.0]]))
+    d = unit(np.array([[1.0, 0.1, 0.0], [1.0, 0.1001, 0.0], [0.0, 0.0, 1.0]]))
+    without = consistency_filter(q, d, k=1)
+    assert without.kept.tolist() == [True, False, True]  # the copy outranks pair 1's own document
+    with_keys = consistency_filter(q, d, k=1, doc_keys=["a", "a", "c"])
+    assert with_keys.kept.tolist() == [True, True, True]
+    assert with_keys.rank.tolist() == [1, 1, 1]
+
+
+def test_ties_favour_the_pair():
+    q = unit(np.array([[1.0, 0.0], [1.0, 0.0]]))
+    d = unit(np.array([[1.0, 1.0], [1.0, -1.0]]))  # both documents score exactly 0.7071 for both queries
+    res = consistency_filter(q, d, k=1)
+    assert res.kept.tolist() == [True, True] and res.rank.tolist() == [1, 1]
+
+
+def test_threshold_and_histogram():
+    q = unit(np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]))
+    d = unit(np.array([[1.0, 0.0], [1.0, 1.0], [-1.0, 0.0]]))
+    res = threshold_filter(q, d, 0.7)
+    assert res.kept.tolist() == [True, True, False]
+    hist = score_histogram(res.cosine, bins=4)
+    assert sum(c for _, _, c in hist) == 3 and hist[0][2] == 1 and hist[-1][2] == 2
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="pair up"):
+        consistency_filter(np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="k must"):
+        consistency_filter(np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), k=0)

@@ -1,0 +1,58 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from builders import tiny_bert
+from sentence_transformers import SentenceTransformer
+
+from mosaic_core.encode import Encoder, pool, read_st_pooling, resolve_precision
+from mosaic_core.models import OFFLINE_MODEL, resolve_model
+
+TEXTS = ["a cell", "the patient was with the cells of the patient and the cell", "q", "cells in a patient"]
+
+
+def test_pooling_maths():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert pool(hidden, mask, "mean").tolist() == [[2.0, 3.0]]
+    assert pool(hidden, mask, "cls").tolist() == [[1.0, 2.0]]
+
+
+def test_st_config_is_read():
+    assert read_st_pooling(resolve_model(OFFLINE_MODEL)) == ("mean", True)
+
+
+def test_cls_pooling_config(tmp_path):
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    assert read_st_pooling(str(tmp_path)) == ("cls", False)
+
+
+def test_matches_sentence_transformers_in_input_order(tmp_path):
+    base = tiny_bert(tmp_path / "m")
+    enc = Encoder.load(str(base), precision="fp32")  # plain HF dir: mean pooling, no normalisation
+    ours = enc.encode(TEXTS, batch_size=2)
+    ref = SentenceTransformer(str(base), device="cpu").encode(TEXTS, batch_size=2)
+    np.testing.assert_allclose(ours, ref, atol=1e-5)
+    assert not np.allclose(np.linalg.norm(ours, axis=1), 1.0)
+    normed = Encoder.load(str(base), normalize=True, precision="fp32").encode(TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(normed, axis=1), 1.0, rtol=1e-5)
+
+
+def test_bf16_close_to_fp32(tmp_path):
+    base = tiny_bert(tmp_path / "m")
+    fp32 = Encoder.load(str(base), normalize=True, precision="fp32").encode(TEXTS)
+    bf16 = Encoder.load(str(base), normalize=True, precision="bf16").encode(TEXTS)
+    assert (fp32 * bf16).sum(1).min() > 0.99
+
+
+def test_precision_rules():
+    assert resolve_precision("fp32", torch.device("cpu")) is None
+    assert resolve_precision("bf16", torch.device("cpu")) is torch.bfloat16
+    assert resolve_precision("auto", torch.device("cuda")) is torch.bfloat16
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_precision("fp16", torch.device("cpu"))
