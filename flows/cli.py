@@ -16,7 +16,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from mosaic_core.config import NCBI_PUBMED_URL, IngestConfig, PairConfig, VocabConfig  # noqa: E402
+from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, PairConfig, VocabConfig  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
 app = typer.Typer(
@@ -158,10 +158,54 @@ def _print_stats(data_root: Path) -> None:
         out.print(reasons)
         totals = cat.totals()
         out.print(
-            f"latest citations: {totals['latest_citations']}  ·  training pairs (latest, kept): "
+            f"latest citations: {totals['latest_citations']}  ·  pairs passing the ingest filters: "
             f"{totals['latest_pairs']}  ·  deleted PMIDs: {totals['deleted_pmids']}  ·  "
             f"catalog: {cat.layout.catalog_path}"
         )
+
+
+@app.command(name="filter")
+def filter_pairs(
+    input: Annotated[
+        str,
+        typer.Option("--input", "-i", help="A MOSAIC data root (its latest ingested pairs) or a pairs file "
+                     "(.jsonl/.parquet/.csv)."),
+    ],
+    data_root: DataRoot = DEFAULT_ROOT,
+    model: Annotated[str, typer.Option(help=f"Filter model: hub id, local path, or {OFFLINE_MODEL}.")]
+    = "thenlper/gte-base",
+    k: Annotated[int, typer.Option(help="Keep a pair iff its own document is in its query's top k.")] = 2,
+    threshold: Annotated[
+        Optional[float], typer.Option(help="Threshold mode instead: keep pairs with cosine >= this.")
+    ] = None,
+    chunk_size: Annotated[int, typer.Option(help="Pairs per exact FAISS index.")] = 1_000_000,
+    precision: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16 (CUDA).")] = "auto",
+    query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
+    document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
+) -> None:
+    """Consistency-filter candidate pairs (or threshold-filter them, for small domains).
+
+    Embeddings are cached per partition, so a new k or threshold re-filters without re-encoding.
+    Results: the `filtered` dataset and `training_pairs` view of the data root's catalog.
+    """
+    from flows.filter import filter_flow
+
+    cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
+                       threshold=threshold, chunk_size=chunk_size, precision=precision,
+                       query_column=query_column, document_column=document_column)
+    from flows.filter import score_report
+
+    root = str(data_root.expanduser().resolve())
+    manifests = filter_flow(input, cfg, root)
+    Console().print(score_report(root))
+    table = Table(title=f"{cfg.mode} filter")
+    for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
+        table.add_column(col)
+    for m in manifests:
+        bad = sum(v for key, v in m.dropped.items() if key not in ("inconsistent", "below_threshold"))
+        table.add_row(m.partition, str(m.rows_out), str(m.kept), f"{100 * m.kept / max(m.rows_out, 1):.1f}",
+                      str(bad))
+    Console().print(table)
 
 
 @app.command()
@@ -200,13 +244,18 @@ def vocab(
 def run(data_root: DataRoot = Path("mosaic-demo")) -> None:
     """Run the pipeline on the built-in demo (bundled PubMed XML, offline model, CPU).
 
-    Stages implemented so far: ingest, then stage 1 (vocabulary expansion of the offline
-    all-MiniLM-L6-v2) into DATA_ROOT/models/stage1.
+    Stages implemented so far: ingest; consistency filter (k=2) with the offline
+    all-MiniLM-L6-v2; stage 1 (vocabulary expansion of the same model) into
+    DATA_ROOT/models/stage1.
     """
+    from flows.filter import filter_flow
     from flows.vocab import vocab_flow
 
     root = data_root.expanduser().resolve()
     _run_ingest(IngestConfig(source=str(DEMO_SOURCE)), root)
+    manifests = filter_flow(str(root), FilterConfig(model=OFFLINE_MODEL), str(root))
+    kept, total = sum(m.kept for m in manifests), sum(m.rows_out for m in manifests)
+    Console().print(f"consistency filter (k=2): kept {kept} of {total} pairs")
     out = root / "models" / "stage1"
     vocab_flow(str(root), VocabConfig(base_model=OFFLINE_MODEL), str(out))
     Console().print((out / "vocab_report.md").read_text())

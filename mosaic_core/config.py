@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
 
@@ -75,3 +75,31 @@ class VocabConfig(_Frozen):
     text_columns: tuple[str, ...] = Field(
         ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
     )
+
+
+class FilterConfig(_Frozen):
+    """Stage 0b: the consistency filter (or the threshold filter of the low-resource recipe)."""
+
+    model: str = Field("thenlper/gte-base", description="Filter model: hub id, path or offline alias.")
+    mode: Literal["consistency", "threshold"] = "consistency"
+    k: int = Field(2, ge=1, description="Keep a pair iff its document is in its query's top k.")
+    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Threshold mode: keep cos >= t.")
+    chunk_size: int = Field(1_000_000, gt=0, description="Pairs per FAISS index (consistency mode).")
+    query_max_length: int = Field(64, gt=0)
+    document_max_length: int = Field(256, gt=0)
+    batch_size: int = Field(64, gt=0)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    query_column: str = "query"
+    document_column: str = "document"
+
+    @model_validator(mode="after")
+    def _threshold_needs_value(self) -> FilterConfig:
+        if self.mode == "threshold" and self.threshold is None:
+            raise ValueError("mode 'threshold' needs a threshold (e.g. --threshold 0.6)")
+        return self
+
+    def encoding_hash(self) -> str:
+        """What the embeddings depend on (not k or the threshold): re-filtering reuses them."""
+        fields = ("model", "query_max_length", "document_max_length", "precision")
+        blob = json.dumps({f: getattr(self, f) for f in fields}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

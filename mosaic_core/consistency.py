@@ -100,3 +100,17 @@ def score_histogram(cosine: np.ndarray, bins: int = 20) -> list[tuple[float, flo
     """(low, high, count) over [-1, 1]: the distribution a user reads to pick a threshold."""
     counts, edges = np.histogram(cosine, bins=bins, range=(-1.0, 1.0))
     return [(float(lo), float(hi), int(c)) for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)]
+
+
+def group_by_size(sizes: list[int], limit: int) -> list[list[int]]:
+    """Consecutive groups of item indices whose sizes sum to at most ``limit`` (an item larger
+    than ``limit`` forms its own group and is split by rows where it is filtered)."""
+    groups: list[list[int]] = []
+    total = limit + 1
+    for i, size in enumerate(sizes):
+        if total + size > limit:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += size
+    return groups

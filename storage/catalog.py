@@ -7,7 +7,10 @@ Views (refreshed by :meth:`Catalog.refresh`, which every flow calls at its end):
 ``ingest_manifests``   one row per source file: checksum, config, status, counts
 ``latest_citations``   the latest version of each PMID across baseline + update files, minus
                        PMIDs deleted by the same or a later file
-``latest_pairs``       ``latest_citations`` that passed every filter: the training pairs
+``latest_pairs``       ``latest_citations`` that passed every ingest filter
+``filtered``           every candidate pair with the consistency/threshold decision, rank, cosine
+``filter_manifests``   one row per filtered partition: counts kept and dropped
+``training_pairs``     ``filtered`` rows that were kept: what training reads
 
 "Latest" orders a PMID's rows by (PMID ``Version``, file sequence, record position): NCBI
 numbers baseline and update files in one sequence, so a revision in update file 1300
@@ -75,7 +78,10 @@ class Catalog:
         """(Re)create every view over what is on disk now."""
         self._parquet_view("citations", "citations", schemas.CITATIONS)
         self._parquet_view("deletions", "deletions", schemas.DELETIONS)
+        self._parquet_view("filtered", "filtered", schemas.FILTERED)
         self._manifest_view("ingest_manifests", "ingest")
+        self._manifest_view("filter_manifests", "filter")
+        self.con.execute("CREATE OR REPLACE VIEW training_pairs AS SELECT * FROM filtered WHERE kept")
         self.con.execute(
             """
             CREATE OR REPLACE VIEW latest_citations AS

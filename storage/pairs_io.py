@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +13,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from storage.catalog import Catalog
-from storage.layout import DataLayout
+from storage.layout import DataLayout, partition_name
 from storage.manifest import read_manifest
 
 
@@ -36,12 +38,15 @@ def read_table(path: Path) -> pa.Table:
 
 
 def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> list[str]:
-    """Non-empty texts of ``columns`` from a pairs file, or from a data root's ``latest_pairs``."""
+    """Non-empty texts of ``columns`` from a pairs file, or from a data root: its
+    ``training_pairs`` once the filter has run, else its ``latest_pairs``."""
     path = Path(source).expanduser()
     if (path / "catalog.duckdb").exists() or (path / "manifests").is_dir():
         with Catalog(DataLayout(path)) as cat:
             cat.refresh()
-            rows = cat.rows("SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid")
+            filtered = (path / "manifests" / "filter").is_dir()
+            rows = cat.rows("SELECT query, document FROM training_pairs ORDER BY source_file, pair_id" if filtered
+                            else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid")
         return [t for row in rows for t in row if t]
     if not path.is_file():
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
@@ -59,8 +64,8 @@ def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) 
 
 
 def corpus_fingerprint(source: str) -> str:
-    """Content digest of a corpus: a file's bytes, or a data root's ingest manifests
-    (source checksums, config and code versions), which determine its ``latest_pairs``."""
+    """Content digest of a corpus: a file's bytes, or a data root's ingest and filter manifests
+    (source checksums, config and code versions, counts), which determine its pairs."""
     path = Path(source).expanduser()
     h = hashlib.sha256()
     if path.is_file():
@@ -69,7 +74,94 @@ def corpus_fingerprint(source: str) -> str:
                 h.update(block)
         return h.hexdigest()[:16]
     layout = DataLayout(path)
-    for manifest_path in sorted(layout.manifest_dir("ingest").glob("*.json")):
-        m = read_manifest(layout, "ingest", manifest_path.stem)
-        h.update(f"{m.partition}:{m.source_md5}:{m.config_hash}:{m.code_version}:{m.status}\n".encode())
+    for stage in ("ingest", "filter"):
+        for manifest_path in sorted(layout.manifest_dir(stage).glob("*.json")):
+            m = read_manifest(layout, stage, manifest_path.stem)
+            h.update(f"{stage}:{m.partition}:{m.source_md5}:{m.config_hash}:{m.code_version}:{m.status}:"
+                     f"{m.kept}\n".encode())
     return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PairPartition:
+    """One partition of candidate pairs: an ingested source file, or a whole pairs file."""
+
+    name: str
+    source: str
+    checksum: str
+    rows: int
+
+
+@dataclass
+class PairRows:
+    """The good rows of a partition, and how many rows were unusable, by reason."""
+
+    pair_ids: list[str]
+    queries: list[str]
+    documents: list[str]
+    bad: dict[str, int]
+
+
+def list_pair_partitions(source: str, query_col: str = "query", doc_col: str = "document") -> list[PairPartition]:
+    """Partitions of a data root (one per ingested file, its *latest* pairs) or of a pairs file."""
+    path = Path(source).expanduser().resolve()
+    if (path / "manifests" / "ingest").is_dir():
+        with Catalog(DataLayout(path)) as cat:
+            cat.refresh()
+            rows = cat.rows(
+                """
+                SELECT source_file, count(*),
+                       md5(string_agg(pmid::VARCHAR || chr(31) || query || chr(31) || document, chr(30)
+                                      ORDER BY pmid))
+                FROM latest_pairs GROUP BY source_file ORDER BY min(file_seq), source_file
+                """
+            )
+        return [PairPartition(name, str(path), digest, n) for name, n, digest in rows]
+    if not path.is_file():
+        raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
+    if path.suffix not in (".jsonl", ".json"):  # JSONL is checked row by row when read
+        table = read_table(path)
+        missing = [c for c in (query_col, doc_col) if c not in table.column_names]
+        if missing:
+            raise CorpusError(f"{path}: no column(s) {missing}; it has {table.column_names}. "
+                              "Name them with --query-column/--document-column.")
+    digest = corpus_fingerprint(str(path)) + hashlib.sha256(f"{query_col}|{doc_col}".encode()).hexdigest()[:8]
+    return [PairPartition(partition_name(path.name.split(".")[0]), str(path), digest, -1)]
+
+
+def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: str = "document") -> PairRows:
+    """Rows of ``part``; rows with a missing or empty query/document are counted, not returned."""
+    path = Path(part.source)
+    if path.is_dir():
+        with Catalog(DataLayout(path), read_only=True) as cat:
+            rows = cat.rows("SELECT pmid::VARCHAR, query, document FROM latest_pairs WHERE source_file = ? "
+                            "ORDER BY pmid", [part.name])
+        return PairRows([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], {})
+    out = PairRows([], [], [], {"invalid_json": 0, "missing_query": 0, "missing_document": 0})
+    if path.suffix in (".jsonl", ".json"):  # line by line: one broken line must not lose the file
+        records = []
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line) if line.strip() else None
+                except json.JSONDecodeError:
+                    rec = None
+                if not isinstance(rec, dict):
+                    out.bad["invalid_json"] += line.strip() != ""
+                    continue
+                records.append(rec)
+        rows = [(r.get("id", i), r.get(query_col), r.get(doc_col)) for i, r in enumerate(records)]
+    else:
+        table = read_table(path)
+        ids = table.column("id").to_pylist() if "id" in table.column_names else range(table.num_rows)
+        rows = zip(ids, table.column(query_col).to_pylist(), table.column(doc_col).to_pylist(), strict=True)
+    for pid, q, d in rows:
+        if not isinstance(q, str) or not q.strip():
+            out.bad["missing_query"] += 1
+        elif not isinstance(d, str) or not d.strip():
+            out.bad["missing_document"] += 1
+        else:
+            out.pair_ids.append(str(pid))
+            out.queries.append(q)
+            out.documents.append(d)
+    return out

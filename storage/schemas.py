@@ -43,3 +43,20 @@ DELETIONS = pa.schema(
     metadata={"dataset": "deletions", "schema_version": "1"},
 )
 """PMIDs a source file's ``<DeleteCitation>`` removes."""
+
+FILTERED = pa.schema(
+    [
+        pa.field("pair_id", pa.string(), nullable=False),
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("document", pa.string(), nullable=False),
+        pa.field("kept", pa.bool_(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("cosine", pa.float32(), nullable=False),
+        pa.field("chunk", pa.int32(), nullable=False),
+    ],
+    metadata={"dataset": "filtered", "schema_version": "1"},
+)
+"""Every candidate pair with the filter's decision: ``rank`` of its own document among the
+chunk's distinct documents (``depth + 1`` = deeper than searched; 0 in threshold mode) and
+cosine(query, document)."""

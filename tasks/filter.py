@@ -1,0 +1,142 @@
+"""Prefect tasks of the filter stage: encode one partition (cached embeddings), filter one chunk."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections import Counter
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
+
+from mosaic_core import consistency, encode
+from mosaic_core.config import FilterConfig
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.models import resolve_model
+from mosaic_core.versioning import code_version
+from storage import schemas
+from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
+from storage.layout import DataLayout
+from storage.manifest import Manifest, write_manifest
+from storage.pairs_io import PairPartition, list_pair_partitions, read_pair_partition
+from storage.parquet import write_partition
+
+log = logging.getLogger(__name__)
+STAGE = "filter"
+ENCODE_VERSION = code_version(encode)
+FILTER_VERSION = code_version(consistency)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedPartition:
+    """Where a partition's embeddings are, and how many good and bad rows it had."""
+
+    partition: PairPartition
+    path: str
+    rows: int
+    bad: dict[str, int]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+@lru_cache(maxsize=1)
+def _encoder(model: str, precision: str) -> encode.Encoder:
+    """One loaded model per worker process, reused by every partition it encodes."""
+    return encode.Encoder.load(model, normalize=True, precision=precision)  # cosine scores
+
+
+@task(name="list-pair-partitions", cache_policy=NO_CACHE)
+def list_partitions(source: str, cfg: FilterConfig) -> list[PairPartition]:
+    return list_pair_partitions(source, cfg.query_column, cfg.document_column)
+
+
+def _encode_key(context: TaskRunContext, p: dict) -> str:
+    cfg: FilterConfig = p["cfg"]
+    return "encode-" + _digest(p["part"].checksum, cfg.encoding_hash(),
+                               model_fingerprint(resolve_model(cfg.model)), ENCODE_VERSION,
+                               str(DataLayout(p["root"]).root))
+
+
+@task(name="encode-partition", cache_key_fn=_encode_key, persist_result=True, retries=0,
+      task_run_name="encode-{part.name}")
+def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
+    """Embed a partition's queries and documents; store them (float16) for every later filter."""
+    rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
+    enc = _encoder(cfg.model, cfg.precision)
+    queries = dataclasses.replace(enc, max_length=cfg.query_max_length).encode(rows.queries, cfg.batch_size)
+    docs = dataclasses.replace(enc, max_length=cfg.document_max_length).encode(rows.documents, cfg.batch_size)
+    path = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name)
+    save_embeddings(path, queries, docs)
+    log.info("%s: encoded %d pairs (%s bad rows)", part.name, len(rows.queries), sum(rows.bad.values()))
+    return EncodedPartition(part, str(path), len(rows.queries), rows.bad)
+
+
+def _filter_key(context: TaskRunContext, p: dict) -> str:
+    return "filter-" + _digest(*(e.partition.checksum for e in p["encoded"]), p["cfg"].config_hash(),
+                               FILTER_VERSION, str(DataLayout(p["root"]).root))
+
+
+@task(name="filter-chunk", cache_key_fn=_filter_key, persist_result=True, retries=0,
+      task_run_name="filter-chunk-{chunk}")
+def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig, root: str) -> list[Manifest]:
+    """Filter the pairs of a chunk of partitions together (one FAISS index per ``chunk_size``
+    rows) and write one ``filtered`` partition and manifest per source partition."""
+    layout, started = DataLayout(root), datetime.now(timezone.utc)
+    rows = [read_pair_partition(e.partition, cfg.query_column, cfg.document_column) for e in encoded]
+    embs = [load_embeddings(Path(e.path)) for e in encoded]
+    q = np.concatenate([m[0] for m in embs]) if embs else np.zeros((0, 1), np.float32)
+    d = np.concatenate([m[1] for m in embs]) if embs else np.zeros((0, 1), np.float32)
+    docs = [t for r in rows for t in r.documents]
+    kept, rank, cosine = (np.zeros(len(docs), bool), np.zeros(len(docs), np.int32), np.zeros(len(docs), np.float32))
+    for lo in range(0, len(docs), cfg.chunk_size):
+        hi = min(lo + cfg.chunk_size, len(docs))
+        if cfg.mode == "threshold":
+            res = consistency.threshold_filter(q[lo:hi], d[lo:hi], cfg.threshold)
+        else:
+            res = consistency.consistency_filter(q[lo:hi], d[lo:hi], cfg.k, doc_keys=docs[lo:hi])
+        kept[lo:hi], rank[lo:hi], cosine[lo:hi] = res.kept, res.rank, res.cosine
+    manifests, offset = [], 0
+    for e, r in zip(encoded, rows, strict=True):
+        n = len(r.queries)
+        sl = slice(offset, offset + n)
+        offset += n
+        out = layout.partition_path("filtered", e.partition.name)
+        write_partition(out, schemas.FILTERED, [[
+            {"pair_id": pid, "source_file": e.partition.name, "query": qt, "document": dt, "kept": bool(k),
+             "rank": int(rk), "cosine": float(c), "chunk": chunk}
+            for pid, qt, dt, k, rk, c in zip(r.pair_ids, r.queries, r.documents, kept[sl], rank[sl], cosine[sl],
+                                            strict=True)]])
+        n_kept = int(kept[sl].sum())
+        dropped = Counter({"inconsistent" if cfg.mode == "consistency" else "below_threshold": n - n_kept})
+        dropped.update(r.bad)
+        manifest = Manifest(
+            stage=STAGE, partition=e.partition.name, source=e.partition.source, source_md5=e.partition.checksum,
+            file_seq=chunk, config_hash=cfg.config_hash(), code_version=FILTER_VERSION, status="complete",
+            records_in=n + sum(r.bad.values()), rows_out=n, kept=n_kept, dropped=dict(dropped),
+            outputs=[str(out), e.path], started_at=started)
+        write_manifest(layout, manifest)
+        manifests.append(manifest)
+    log.info("chunk %d: %d pairs, %d kept (%.1f%%)", chunk, len(docs), int(kept.sum()),
+             100 * kept.mean() if len(docs) else 0)
+    return manifests
+
+
+def encode_partition_for(part: PairPartition, cfg: FilterConfig, root: str) -> Task:
+    """``encode_partition`` with its cache bypassed when the stored embeddings are gone."""
+    present = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name).exists()
+    return encode_partition.with_options(result_storage=DataLayout(root).results_dir, refresh_cache=not present)
+
+
+def filter_chunk_for(encoded: list[EncodedPartition], root: str) -> Task:
+    """``filter_chunk`` with its cache bypassed when an output partition is gone."""
+    layout = DataLayout(root)
+    present = all(layout.partition_path("filtered", e.partition.name).exists() for e in encoded)
+    return filter_chunk.with_options(result_storage=layout.results_dir, refresh_cache=not present)

@@ -1,0 +1,67 @@
+import json
+
+import numpy as np
+import pytest
+from builders import tiny_bert
+
+from flows.filter import filter_flow
+from mosaic_core.config import FilterConfig
+from storage.catalog import Catalog
+from storage.embeddings import load_embeddings
+from storage.layout import DataLayout
+from storage.manifest import read_manifest
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron sigma tau omega".split()
+
+
+def pairs_file(path, n=40):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(n):
+        topic = rng.choice(WORDS, 3, replace=False)
+        lines.append(json.dumps({"id": f"p{i}", "query": " ".join(topic),
+                                 "document": " ".join(rng.choice(WORDS, 4)) + " " + " ".join(topic)}))
+    lines.append(json.dumps({"id": "dup", "query": "alpha beta", "document": json.loads(lines[0])["document"]}))
+    lines += ["{not json", json.dumps({"id": "x", "query": "no document"}), json.dumps({"id": "y", "query": "",
+                                                                                          "document": "d"})]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_filter_pairs_file_bad_rows_reproducible_and_refilter_without_reencoding(tmp_path):
+    src = pairs_file(tmp_path / "pairs.jsonl")
+    root = str(tmp_path / "root")
+    cfg = FilterConfig(model=str(tiny_bert(tmp_path / "model")), k=2, precision="fp32")
+    (m,) = filter_flow(str(src), cfg, root)
+    assert (m.records_in, m.rows_out) == (44, 41)
+    assert m.dropped["invalid_json"] == 1 and m.dropped["missing_document"] == 1 and m.dropped["missing_query"] == 1
+    assert m.dropped["inconsistent"] == 41 - m.kept
+    layout = DataLayout(root)
+    with Catalog(layout) as cat:
+        cat.refresh()
+        rows = cat.rows("SELECT pair_id, document, kept, rank FROM filtered ORDER BY pair_id")
+        assert cat.rows("SELECT count(*) FROM training_pairs")[0][0] == m.kept
+    # Independent re-implementation of the rule on the stored embeddings agrees exactly.
+    q, d = load_embeddings(next((layout.root / "embeddings").rglob("pairs.npz")))
+    with Catalog(layout) as cat:
+        cat.refresh()
+        ordered = cat.rows("SELECT pair_id, document, kept FROM filtered")
+    docs = [r[1] for r in ordered]
+    uniq = list(dict.fromkeys(docs))
+    ud = d[[docs.index(u) for u in uniq]]
+    scores = q @ ud.T
+    own = scores[np.arange(len(q)), [uniq.index(x) for x in docs]]
+    expected = (1 + (scores > own[:, None]).sum(1)) <= 2
+    assert [r[2] for r in ordered] == expected.tolist()
+    assert 0 < sum(expected) < len(expected)
+    assert {r[0] for r in rows} >= {"dup", "p0"}
+
+    emb = next((layout.root / "embeddings").rglob("pairs.npz"))
+    mtime = emb.stat().st_mtime_ns
+    (m3,) = filter_flow(str(src), cfg.model_copy(update={"k": 5}), root)
+    assert emb.stat().st_mtime_ns == mtime  # new k: re-filtered, not re-encoded
+    assert m3.kept >= m.kept
+    (mt,) = filter_flow(str(src), cfg.model_copy(update={"mode": "threshold", "threshold": 0.5}), root)
+    assert read_manifest(layout, "filter", "pairs").dropped.get("below_threshold") == 41 - mt.kept
