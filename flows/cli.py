@@ -208,6 +208,51 @@ def filter_pairs(
     Console().print(table)
 
 
+pairs_app = typer.Typer(help="Build candidate pairs for domains without PubMed-style metadata.",
+                        no_args_is_help=True)
+app.add_typer(pairs_app, name="pairs")
+
+
+@pairs_app.command("islamic")
+def pairs_islamic(
+    quran: Annotated[Path, typer.Option(help="Sahih International translation, 'sura|aya|text' lines.")],
+    tafsir: Annotated[Path, typer.Option(help="Tafsir Ibn Kathir blocks, JSONL {id, surah, ayah_start, "
+                                          "ayah_end, text} with inline (x:y) / (x:y-z) references.")],
+    data_root: DataRoot = Path("mosaic-islamic"),
+    model: Annotated[str, typer.Option(help=f"Scoring model: hub id, local path, or {OFFLINE_MODEL}.")]
+    = "thenlper/gte-base",
+    threshold: Annotated[float, typer.Option(help="Keep candidates with cosine >= this.")] = 0.5,
+) -> None:
+    """Verse pairs linked by Tafsir cross-references, threshold-filtered (the low-resource recipe).
+
+    Writes DATA_ROOT/islamic_candidates.jsonl, then filters it like `mosaic filter --threshold`.
+    """
+    from flows.filter import filter_flow, score_report
+    from mosaic_core.islamic import read_quran, tafsir_candidates
+    from storage.catalog import Catalog
+    from storage.layout import DataLayout
+    from storage.pairs_io import write_jsonl
+
+    root = data_root.expanduser().resolve()
+    pairs, stats = tafsir_candidates(tafsir, read_quran(quran))
+    candidates = root / "islamic_candidates.jsonl"
+    write_jsonl(candidates, pairs)
+    out = Console()
+    out.print(f"tafsir blocks {stats.blocks:,}; references {stats.references:,} "
+              f"({stats.invalid_references} to verses that do not exist: {stats.invalid_examples[:3]}); "
+              f"self-links {stats.self_links}; duplicates {stats.duplicates}; "
+              f"[bold]candidates {stats.candidates:,}[/bold]")
+    cfg = FilterConfig(model=model, mode="threshold", threshold=threshold, query_max_length=256)
+    (manifest,) = filter_flow(str(candidates), cfg, str(root))
+    out.print(score_report(str(root)))
+    out.print(f"[bold]kept {manifest.kept:,} of {manifest.rows_out:,}[/bold] at cosine >= {threshold}")
+    with Catalog(DataLayout(root), read_only=True) as cat:
+        dropped = cat.rows("SELECT pair_id, cosine, query, document FROM filtered WHERE NOT kept "
+                           "ORDER BY cosine DESC LIMIT 5")
+    for pid, cos, q, d in dropped:
+        out.print(f"dropped {pid} (cos {cos:.3f}): {q[:80]!r} -> {d[:80]!r}")
+
+
 @app.command()
 def vocab(
     corpus: Annotated[

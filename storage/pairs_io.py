@@ -165,3 +165,10 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
             out.queries.append(q)
             out.documents.append(d)
     return out
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    """Write records as JSON Lines, atomically."""
+    from storage.parquet import write_atomic_bytes
+
+    write_atomic_bytes(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode())

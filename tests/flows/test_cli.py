@@ -6,7 +6,9 @@ from flows.cli import app
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("command", [[], ["ingest"], ["stats"], ["run"]])
+@pytest.mark.parametrize(
+    "command", [[], ["ingest"], ["stats"], ["run"], ["filter"], ["vocab"], ["pairs"], ["pairs", "islamic"]]
+)
 def test_help_on_every_subcommand(command):
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
