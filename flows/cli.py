@@ -144,7 +144,8 @@ def _print_stats(data_root: Path) -> None:
         cat.refresh()
         files = Table(title="Ingested files")
         for col in ("file", "status", "records", "kept", "dropped", "deleted PMIDs", "error"):
-            files.add_column(col, justify="right" if col in ("records", "kept", "dropped", "deleted PMIDs") else "left")
+            files.add_column(col, justify="right" if col in ("records", "kept", "dropped", "deleted PMIDs") else "left",
+                             no_wrap=col == "file")
         for part, status, rec, kept, dropped, deleted, error in cat.file_stats():
             style = "red" if status != "complete" else None
             files.add_row(part, status, str(rec), str(kept), str(dropped), str(deleted),

@@ -49,10 +49,14 @@ def distinct_documents(doc_keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def search_top(
-    queries: np.ndarray, docs: np.ndarray, depth: int, use_gpu: bool = False
+    queries: np.ndarray, docs: np.ndarray, depth: int, use_gpu: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product search: (scores ``[n, depth]``, doc ids ``[n, depth]``), best first."""
+    """Exact inner-product search: (scores ``[n, depth]``, doc ids ``[n, depth]``), best first.
+
+    ``use_gpu=None`` uses faiss-gpu whenever the installed faiss sees a GPU (same exact search)."""
     index = faiss.IndexFlatIP(docs.shape[1])
+    if use_gpu is None:
+        use_gpu = hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
     if use_gpu:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(np.ascontiguousarray(docs, dtype=np.float32))
@@ -65,7 +69,7 @@ def consistency_filter(
     k: int = 2,
     doc_keys: list[str] | None = None,
     depth: int | None = None,
-    use_gpu: bool = False,
+    use_gpu: bool | None = None,
 ) -> ConsistencyResult:
     """Apply the rule above to one chunk. ``queries[i]`` and ``docs[i]`` form pair ``i``;
     ``doc_keys`` (e.g. document texts or hashes) identify duplicate documents."""
