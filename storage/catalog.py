@@ -43,6 +43,7 @@ _MANIFEST_COLUMNS = {
     "kept": "BIGINT",
     "dropped": "MAP(VARCHAR, BIGINT)",
     "deleted_pmids": "BIGINT",
+    "chunk": "BIGINT",
     "notes": "VARCHAR[]",
     "outputs": "VARCHAR[]",
     "started_at": "TIMESTAMPTZ",

@@ -29,6 +29,7 @@ class Manifest(BaseModel):
     kept: int
     dropped: dict[str, int]
     deleted_pmids: int = 0
+    chunk: int | None = Field(None, description="Filter stage: the chunk (shared FAISS index) it was in.")
     notes: list[str] = Field(default_factory=list)
     outputs: list[str]
     started_at: datetime

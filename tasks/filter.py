@@ -119,7 +119,7 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
         dropped.update(r.bad)
         manifest = Manifest(
             stage=STAGE, partition=e.partition.name, source=e.partition.source, source_md5=e.partition.checksum,
-            file_seq=chunk, config_hash=cfg.config_hash(), code_version=FILTER_VERSION, status="complete",
+            file_seq=-1, chunk=chunk, config_hash=cfg.config_hash(), code_version=FILTER_VERSION, status="complete",
             records_in=n + sum(r.bad.values()), rows_out=n, kept=n_kept, dropped=dict(dropped),
             outputs=[str(out), e.path], started_at=started)
         write_manifest(layout, manifest)

@@ -37,7 +37,7 @@ def test_filter_pairs_file_bad_rows_reproducible_and_refilter_without_reencoding
     (m,) = filter_flow(str(src), cfg, root)
     assert (m.records_in, m.rows_out) == (44, 41)
     assert m.dropped["invalid_json"] == 1 and m.dropped["missing_document"] == 1 and m.dropped["missing_query"] == 1
-    assert m.dropped["inconsistent"] == 41 - m.kept
+    assert m.dropped["inconsistent"] == 41 - m.kept and m.chunk == 0
     layout = DataLayout(root)
     with Catalog(layout) as cat:
         cat.refresh()
