@@ -16,6 +16,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import mosaic_core  # noqa: E402
 from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, PairConfig, VocabConfig  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
@@ -37,7 +38,7 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
-DEMO_SOURCE = Path(__file__).resolve().parent.parent / "mosaic_core" / "demo_data"
+DEMO_SOURCE = Path(mosaic_core.__file__).resolve().parent / "demo_data"  # shipped as package data
 
 
 def _task_runner(workers: int, dask_address: Optional[str]):
