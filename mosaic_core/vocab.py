@@ -199,7 +199,7 @@ def expand_mlm_bias(bias: torch.Tensor, piece_ids: Sequence[Sequence[int]]) -> t
     return torch.cat([bias.detach(), extra])
 
 
-def _masked_lm_with_head(resolved: str) -> torch.nn.Module | None:
+def masked_lm_with_head(resolved: str) -> torch.nn.Module | None:
     """The checkpoint as ``*ForMaskedLM`` if it ships MLM head weights, else ``None``."""
     from transformers import AutoModelForMaskedLM
 
@@ -263,7 +263,7 @@ def build_expanded_model(
     expand_embeddings(transformer.auto_model, new_ids, [[spec.vocab[p] for p in pieces[t]] for t in tokens], new_size)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
-    mlm = _masked_lm_with_head(resolve_model(base_model))
+    mlm = masked_lm_with_head(resolve_model(base_model))
     if mlm is not None:
         # Keep the checkpoint's MLM head for stage 2: embeddings grown as above (the decoder
         # is tied to them) and the decoder bias grown consistently; AutoModel and

@@ -1,0 +1,140 @@
+"""The trainable model of stages 2–3: a Hugging Face encoder + pooling + a tied MLM head,
+and the collator that builds (query, masked document) batches.
+
+The MLM head is BERT's: ``dense → activation → LayerNorm`` then a decoder whose weight *is*
+the encoder's input embedding matrix (read at call time, never copied) plus a bias. A
+checkpoint's own head (``*ForMaskedLM`` weights) is loaded when it has one; otherwise the
+transform starts fresh and :func:`build_model` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedTokenizerBase
+from transformers.activations import ACT2FN
+
+from mosaic_core.encode import Pooling, pool, read_st_pooling
+from mosaic_core.losses import IGNORE, mask_tokens
+from mosaic_core.models import resolve_model
+
+log = logging.getLogger(__name__)
+
+
+class MLMHead(nn.Module):
+    """BERT-style transform + bias; the decoder weight is passed in (tied embeddings)."""
+
+    def __init__(self, hidden: int, vocab_size: int, activation: str = "gelu", eps: float = 1e-12):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.act = ACT2FN[activation]
+        self.norm = nn.LayerNorm(hidden, eps=eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def transform(self, states: torch.Tensor) -> torch.Tensor:
+        """``[N, h]`` hidden states → ``[N, h]`` inputs of the (tied) decoder."""
+        return self.norm(self.act(self.dense(states)))
+
+
+class DualEncoder(nn.Module):
+    """Encoder + pooling (+ MLM head). ``embed`` for queries; ``forward_docs`` for masked
+    documents, returning the pooled embedding and the transformed states at masked positions
+    from one forward pass."""
+
+    def __init__(self, encoder: nn.Module, pooling: Pooling, head: MLMHead | None):
+        super().__init__()
+        self.encoder, self.pooling, self.head = encoder, pooling, head
+
+    @property
+    def embeddings(self) -> torch.Tensor:
+        """The ``[V, h]`` input embedding matrix, which is also the MLM decoder weight."""
+        return self.encoder.get_input_embeddings().weight
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return pool(hidden, attention_mask, self.pooling)
+
+    def forward_docs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(pooled ``[B, d]``, transformed states ``[N, h]`` at labelled positions, targets ``[N]``)."""
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        pooled = pool(hidden, attention_mask, self.pooling)
+        selected = labels != IGNORE
+        if self.head is None:
+            raise ValueError("this model was built without an MLM head")
+        return pooled, self.head.transform(hidden[selected]), labels[selected]
+
+
+def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = True) -> tuple[DualEncoder, bool]:
+    """(model, whether the MLM head came from the checkpoint)."""
+    from mosaic_core.vocab import masked_lm_with_head
+
+    resolved = resolve_model(model)
+    st_pooling, _ = read_st_pooling(resolved)
+    mlm = masked_lm_with_head(resolved) if with_mlm else None
+    encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved)
+    cfg = encoder.config
+    head = None
+    if with_mlm:
+        head = MLMHead(cfg.hidden_size, encoder.get_input_embeddings().weight.shape[0],
+                       getattr(cfg, "hidden_act", "gelu"), getattr(cfg, "layer_norm_eps", 1e-12))
+        if mlm is not None:
+            dense, norm = _checkpoint_transform(mlm)
+            head.dense.load_state_dict(dense.state_dict())
+            head.norm.load_state_dict(norm.state_dict())
+            head.bias.data.copy_(mlm.get_output_embeddings().bias.data)
+        else:
+            log.warning("%s has no MLM head: the head's transform starts fresh (consider the mlm warm-up stage)",
+                        model)
+    return DualEncoder(encoder, pooling or st_pooling or "mean", head), mlm is not None
+
+
+def _checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:
+    """The (dense, LayerNorm) of a BERT-style (``cls.predictions.transform``) or RoBERTa-style
+    (``lm_head``) masked-LM head."""
+    if hasattr(mlm, "cls"):
+        t = mlm.cls.predictions.transform
+        return t.dense, t.LayerNorm
+    if hasattr(mlm, "lm_head"):
+        return mlm.lm_head.dense, mlm.lm_head.layer_norm
+    raise ValueError(f"unknown MLM head layout in {type(mlm).__name__}; supported: BERT and RoBERTa families")
+
+
+@dataclass
+class PairCollator:
+    """(query, document) texts → tokenised queries, and documents masked at domain tokens.
+
+    ``domain_ids`` None selects all-token masking (the ablation): any non-special token."""
+
+    tokenizer: PreTrainedTokenizerBase
+    domain_ids: torch.Tensor | None
+    query_max_length: int = 64
+    document_max_length: int = 256
+    mlm_probability: float = 0.15
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        vocab = len(self.tokenizer)
+        specials = torch.tensor(sorted(set(self.tokenizer.all_special_ids)))
+        self._special = torch.zeros(vocab, dtype=torch.bool)
+        self._special[specials] = True
+        self._random_ids = (~self._special).nonzero().squeeze(1)
+        self._candidate = ~self._special if self.domain_ids is None else torch.zeros(vocab, dtype=torch.bool)
+        if self.domain_ids is not None:
+            self._candidate[self.domain_ids] = True
+            self._candidate &= ~self._special
+
+    def __call__(self, batch: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        queries, docs = zip(*batch, strict=True)
+        q = self.tokenizer(list(queries), padding=True, truncation=True, max_length=self.query_max_length,
+                           return_tensors="pt")
+        d = self.tokenizer(list(docs), padding=True, truncation=True, max_length=self.document_max_length,
+                           return_tensors="pt")
+        candidates = self._candidate[d["input_ids"]] & d["attention_mask"].bool()
+        masked, labels = mask_tokens(d["input_ids"], candidates, self.tokenizer.mask_token_id, self._random_ids,
+                                     self.mlm_probability, self.generator)
+        return {"query_ids": q["input_ids"], "query_mask": q["attention_mask"],
+                "doc_ids": masked, "doc_mask": d["attention_mask"], "labels": labels}

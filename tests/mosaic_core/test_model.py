@@ -1,0 +1,57 @@
+import torch
+from builders import tiny_bert
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from mosaic_core.losses import IGNORE, domain_mlm_loss
+from mosaic_core.model import PairCollator, build_model
+
+
+def test_checkpoint_head_is_loaded_and_decoder_is_tied(tmp_path):
+    path = tiny_bert(tmp_path / "m", mlm_head=True)
+    model, loaded = build_model(str(path))
+    assert loaded
+    ref = AutoModelForMaskedLM.from_pretrained(path)
+    torch.testing.assert_close(model.head.dense.weight, ref.cls.predictions.transform.dense.weight)
+    torch.testing.assert_close(model.head.bias, ref.cls.predictions.bias)
+    # Tied: one optimiser step on the MLM loss moves the decoder because it *is* the embeddings.
+    states = model.head.transform(torch.randn(3, 32))
+    domain = torch.tensor([40, 41, 42])
+    loss = domain_mlm_loss(states, domain, model.embeddings, domain, model.head.bias)
+    before = model.embeddings.detach().clone()
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    assert not torch.equal(before[domain], model.embeddings[domain])  # new domain rows receive gradient
+    assert torch.equal(before[:40], model.embeddings[:40].detach())
+
+
+def test_fresh_head_without_checkpoint_head(tmp_path, caplog):
+    model, loaded = build_model(str(tiny_bert(tmp_path / "m")))
+    assert not loaded and model.head is not None
+    assert "starts fresh" in caplog.text
+
+
+def test_collator_masks_documents_at_domain_tokens_only(tmp_path):
+    path = tiny_bert(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(path)
+    domain = torch.tensor(tok.convert_tokens_to_ids(["patient", "cells"]))
+    coll = PairCollator(tok, domain, mlm_probability=1.0, generator=torch.Generator().manual_seed(0))
+    batch = coll([("the patient", "the patient and the cells with a cell"), ("q", "a cell")])
+    labels = batch["labels"]
+    assert set(labels[labels != IGNORE].tolist()) <= set(domain.tolist())
+    assert (labels != IGNORE).sum() == 2  # every domain token selected at p=1, nothing else
+    assert batch["query_ids"].shape[0] == 2 and batch["query_ids"].shape[1] <= 64
+    model, _ = build_model(str(path))
+    pooled, states, targets = model.forward_docs(batch["doc_ids"], batch["doc_mask"], labels)
+    assert pooled.shape == (2, 32) and states.shape == (2, 32) and targets.tolist() == labels[labels != IGNORE].tolist()
+
+
+def test_all_token_collator_never_masks_specials_or_padding(tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_bert(tmp_path / "m"))
+    coll = PairCollator(tok, None, mlm_probability=1.0, generator=torch.Generator().manual_seed(0))
+    batch = coll([("x", "the patient and the cells"), ("y", "a")])
+    selected = batch["labels"] != IGNORE
+    assert not (selected & (batch["doc_mask"] == 0)).any()
+    assert selected.sum() == 6  # the, patient, and, the, cells + a
+    unselected_real = (~selected) & (batch["doc_mask"] == 1)
+    assert torch.isin(batch["doc_ids"][unselected_real], torch.tensor(tok.all_special_ids)).all()
+    assert unselected_real.sum() == 4  # [CLS] and [SEP] of both documents
