@@ -1,0 +1,51 @@
+import pytest
+import torch
+from builders import tiny_bert
+from transformers import AutoTokenizer
+
+from mosaic_core.gradcache import joint_backward
+from mosaic_core.losses import IGNORE, JointLoss, domain_mlm_loss
+from mosaic_core.model import PairCollator, build_model
+
+PAIRS = [("the patient", "the patient was with the cells"), ("cells", "a cell and cells of the patient"),
+         ("q q", "the cells were in a patient"), ("a cell", "patient cells"), ("with", "the cell was a cell"),
+         ("in cells", "in the patient the cells were")]
+
+
+def setup(tmp_path):
+    path = tiny_bert(tmp_path / "m", mlm_head=True)
+    tok = AutoTokenizer.from_pretrained(path)
+    domain = torch.tensor(tok.convert_tokens_to_ids(["patient", "cells", "cell"]))
+    batch = PairCollator(tok, domain, mlm_probability=0.5, generator=torch.Generator().manual_seed(3))(PAIRS)
+    return path, domain, batch
+
+
+def big_batch_grads(path, domain, batch, loss_fn, use_mlm=True):
+    model, _ = build_model(str(path))
+    model.eval()
+    q = model.embed(batch["query_ids"], batch["query_mask"])
+    if use_mlm:
+        d, states, targets = model.forward_docs(batch["doc_ids"], batch["doc_mask"], batch["labels"])
+        mlm = domain_mlm_loss(states, targets, model.embeddings, domain, model.head.bias)
+    else:
+        d, mlm = model.embed(batch["doc_ids"], batch["doc_mask"]), None
+    out = loss_fn(q, d, mlm)
+    out["total"].backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, out
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4, 6])
+@pytest.mark.parametrize("use_mlm", [True, False])
+def test_gradient_cache_equals_big_batch(tmp_path, chunk, use_mlm):
+    path, domain, batch = setup(tmp_path)
+    assert (batch["labels"] != IGNORE).sum() > 0
+    loss_fn = JointLoss(alpha=0.3, scale=20.0)
+    ref, ref_out = big_batch_grads(path, domain, batch, loss_fn, use_mlm)
+    model, _ = build_model(str(path))
+    model.eval()
+    out = joint_backward(model, batch, loss_fn, domain, chunk_size=chunk, use_mlm=use_mlm)
+    assert out["total"] == pytest.approx(ref_out["total"].item(), rel=1e-5)
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == ref.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref[name], rtol=1e-4, atol=1e-6, msg=name)
