@@ -65,9 +65,10 @@ def read_st_pooling(model_dir: str) -> tuple[Pooling | None, bool | None]:
     for e in entries:
         if e.get("type", "").endswith("Pooling"):
             cfg = json.loads((root / e["path"] / "config.json").read_text())
-            if cfg.get("pooling_mode_cls_token"):
+            # sentence-transformers < 6 writes pooling_mode_*_token(s) flags; 6.x writes pooling_mode.
+            if cfg.get("pooling_mode_cls_token") or cfg.get("pooling_mode") == "cls":
                 pooling = "cls"
-            elif cfg.get("pooling_mode_mean_tokens"):
+            elif cfg.get("pooling_mode_mean_tokens") or cfg.get("pooling_mode") == "mean":
                 pooling = "mean"
             else:
                 raise ValueError(f"{root}: unsupported pooling {cfg}; MOSAIC supports mean and CLS")

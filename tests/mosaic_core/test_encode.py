@@ -23,6 +23,15 @@ def test_st_config_is_read():
     assert read_st_pooling(resolve_model(OFFLINE_MODEL)) == ("mean", True)
 
 
+def test_pooling_config_of_a_saved_stage1_model(tmp_path):
+    from mosaic_core.vocab import build_expanded_model
+
+    base = tiny_bert(tmp_path / "base")
+    build_expanded_model(str(base), ["the patient cells"] * 40, tmp_path / "out", vocab_size=120, heldout_every=10)
+    assert read_st_pooling(str(tmp_path / "out")) == ("mean", False)  # sentence-transformers 6 format
+    assert Encoder.load(str(tmp_path / "out"), precision="fp32").encode(["a cell"]).shape == (1, 32)
+
+
 def test_cls_pooling_config(tmp_path):
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "modules.json").write_text(json.dumps([
