@@ -190,12 +190,11 @@ def filter_pairs(
     Embeddings are cached per partition, so a new k or threshold re-filters without re-encoding.
     Results: the `filtered` dataset and `training_pairs` view of the data root's catalog.
     """
-    from flows.filter import filter_flow
+    from flows.filter import filter_flow, score_report
 
     cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
                        threshold=threshold, chunk_size=chunk_size, precision=precision,
                        query_column=query_column, document_column=document_column)
-    from flows.filter import score_report
 
     root = str(data_root.expanduser().resolve())
     manifests = filter_flow(input, cfg, root)

@@ -3,12 +3,11 @@ threshold) filter per chunk of partitions → ``filtered`` Parquet + manifests +
 
 from __future__ import annotations
 
+import numpy as np
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from mosaic_core.config import FilterConfig
-import numpy as np
-
 from mosaic_core.consistency import group_by_size, score_histogram
 from storage.catalog import Catalog
 from storage.layout import DataLayout

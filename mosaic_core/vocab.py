@@ -265,7 +265,8 @@ def build_expanded_model(
     expanded = expand_tokenizer(base_tok, tokens, out_dir)
     new_ids = expanded.convert_tokens_to_ids(tokens)
     new_size = max([len(expanded), *(i + 1 for i in new_ids)])
-    expand_embeddings(transformer.auto_model, new_ids, [[spec.vocab[p] for p in pieces[t]] for t in tokens], new_size)
+    piece_ids = [[spec.vocab[p] for p in pieces[t]] for t in tokens]
+    expand_embeddings(transformer.auto_model, new_ids, piece_ids, new_size)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
     mlm = masked_lm_with_head(resolve_model(base_model))
@@ -273,7 +274,6 @@ def build_expanded_model(
         # Keep the checkpoint's MLM head for stage 2: embeddings grown as above (the decoder
         # is tied to them) and the decoder bias grown consistently; AutoModel and
         # SentenceTransformer load the encoder from this checkpoint as before.
-        piece_ids = [[spec.vocab[p] for p in pieces[t]] for t in tokens]
         old_bias = mlm.get_output_embeddings().bias.detach().clone()
         expand_embeddings(mlm, new_ids, piece_ids, new_size)
         with torch.no_grad():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from storage.catalog import Catalog
@@ -17,16 +17,17 @@ from storage.layout import DataLayout, partition_name
 from storage.manifest import read_manifest
 
 
+log = logging.getLogger(__name__)
+
+
 class CorpusError(ValueError):
     """A corpus cannot be read as given; the message says which file/column and what to do."""
 
 
 def read_table(path: Path) -> pa.Table:
-    """A JSONL (``.jsonl``/``.json``), Parquet or CSV file as a pyarrow table."""
+    """A Parquet or CSV/TSV file as a pyarrow table (JSONL goes through :func:`file_rows`)."""
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     try:
-        if suffix in (".jsonl", ".json", ".jsonl.gz", ".json.gz"):
-            return pajson.read_json(path)
         if suffix == ".parquet":
             return pq.read_table(path)
         if suffix in (".csv", ".csv.gz", ".tsv"):
@@ -35,6 +36,39 @@ def read_table(path: Path) -> pa.Table:
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(f"{path}: cannot be read as {suffix}: {exc}") from exc
     raise CorpusError(f"{path}: unknown format {suffix!r}; use .jsonl, .parquet or .csv")
+
+
+def file_rows(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> tuple[list[tuple], int]:
+    """(one tuple of ``columns`` + ``optional`` values per row, unparseable JSONL lines) of a
+    pairs file. JSONL is read line by line, so one broken line costs that line only; values a
+    row lacks are ``None``. A required column absent from the whole file is a :class:`CorpusError`."""
+    names = (*columns, *optional)
+    if path.suffix in (".jsonl", ".json"):
+        records, invalid = [], 0
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    rec = None
+                if isinstance(rec, dict):
+                    records.append(rec)
+                else:
+                    invalid += 1
+        present = set().union(*(r.keys() for r in records))
+        rows = [tuple(r.get(c) for c in names) for r in records]
+    else:
+        table, invalid = read_table(path), 0
+        present = set(table.column_names)
+        rows = list(zip(*(table.column(c).to_pylist() if c in present else [None] * table.num_rows
+                          for c in names), strict=True))
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise CorpusError(f"{path}: no column(s) {missing}; it has {sorted(present)}. Name the text columns "
+                          "with --columns (mosaic vocab) or --query-column/--document-column (mosaic filter).")
+    return rows, invalid
 
 
 def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> list[str]:
@@ -50,17 +84,10 @@ def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) 
         return [t for row in rows for t in row if t]
     if not path.is_file():
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
-    table = read_table(path)
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        raise CorpusError(
-            f"{path}: no column(s) {missing}; it has {table.column_names}. Name the text columns "
-            "with --columns."
-        )
-    texts = []
-    for row in zip(*(table.column(c).to_pylist() for c in columns), strict=True):
-        texts += [t for t in row if isinstance(t, str) and t.strip()]
-    return texts
+    rows, invalid = file_rows(path, columns)
+    if invalid:
+        log.warning("%s: skipped %d lines that are not JSON objects", path, invalid)
+    return [t for row in rows for t in row if isinstance(t, str) and t.strip()]
 
 
 def corpus_fingerprint(source: str) -> str:
@@ -119,12 +146,7 @@ def list_pair_partitions(source: str, query_col: str = "query", doc_col: str = "
         return [PairPartition(name, str(path), digest, n) for name, n, digest in rows]
     if not path.is_file():
         raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
-    if path.suffix not in (".jsonl", ".json"):  # JSONL is checked row by row when read
-        table = read_table(path)
-        missing = [c for c in (query_col, doc_col) if c not in table.column_names]
-        if missing:
-            raise CorpusError(f"{path}: no column(s) {missing}; it has {table.column_names}. "
-                              "Name them with --query-column/--document-column.")
+    file_rows(path, (query_col, doc_col))  # fail here, before any encoding, on wrong column names
     digest = corpus_fingerprint(str(path)) + hashlib.sha256(f"{query_col}|{doc_col}".encode()).hexdigest()[:8]
     return [PairPartition(partition_name(path.name.split(".")[0]), str(path), digest, -1)]
 
@@ -137,31 +159,15 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
             rows = cat.rows("SELECT pmid::VARCHAR, query, document FROM latest_pairs WHERE source_file = ? "
                             "ORDER BY pmid", [part.name])
         return PairRows([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], {})
-    out = PairRows([], [], [], {"invalid_json": 0, "missing_query": 0, "missing_document": 0})
-    if path.suffix in (".jsonl", ".json"):  # line by line: one broken line must not lose the file
-        records = []
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line) if line.strip() else None
-                except json.JSONDecodeError:
-                    rec = None
-                if not isinstance(rec, dict):
-                    out.bad["invalid_json"] += line.strip() != ""
-                    continue
-                records.append(rec)
-        rows = [(r.get("id", i), r.get(query_col), r.get(doc_col)) for i, r in enumerate(records)]
-    else:
-        table = read_table(path)
-        ids = table.column("id").to_pylist() if "id" in table.column_names else range(table.num_rows)
-        rows = zip(ids, table.column(query_col).to_pylist(), table.column(doc_col).to_pylist(), strict=True)
-    for pid, q, d in rows:
+    rows, invalid = file_rows(path, (query_col, doc_col), optional=("id",))
+    out = PairRows([], [], [], {"invalid_json": invalid, "missing_query": 0, "missing_document": 0})
+    for i, (q, d, pid) in enumerate(rows):
         if not isinstance(q, str) or not q.strip():
             out.bad["missing_query"] += 1
         elif not isinstance(d, str) or not d.strip():
             out.bad["missing_document"] += 1
         else:
-            out.pair_ids.append(str(pid))
+            out.pair_ids.append(str(pid if pid is not None else i))
             out.queries.append(q)
             out.documents.append(d)
     return out

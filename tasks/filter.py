@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from collections import Counter
 from datetime import datetime, timezone
@@ -26,6 +25,7 @@ from storage.layout import DataLayout
 from storage.manifest import Manifest, write_manifest
 from storage.pairs_io import PairPartition, list_pair_partitions, read_pair_partition
 from storage.parquet import write_partition
+from tasks.keys import cache_key
 
 log = logging.getLogger(__name__)
 STAGE = "filter"
@@ -43,10 +43,6 @@ class EncodedPartition:
     bad: dict[str, int]
 
 
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
-
-
 @lru_cache(maxsize=1)
 def _encoder(model: str, precision: str) -> encode.Encoder:
     """One loaded model per worker process, reused by every partition it encodes."""
@@ -60,7 +56,7 @@ def list_partitions(source: str, cfg: FilterConfig) -> list[PairPartition]:
 
 def _encode_key(context: TaskRunContext, p: dict) -> str:
     cfg: FilterConfig = p["cfg"]
-    return "encode-" + _digest(p["part"].checksum, cfg.encoding_hash(),
+    return cache_key("encode", p["part"].checksum, cfg.encoding_hash(),
                                model_fingerprint(resolve_model(cfg.model)), ENCODE_VERSION,
                                str(DataLayout(p["root"]).root))
 
@@ -80,7 +76,7 @@ def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> Encod
 
 
 def _filter_key(context: TaskRunContext, p: dict) -> str:
-    return "filter-" + _digest(*(e.partition.checksum for e in p["encoded"]), p["cfg"].config_hash(),
+    return cache_key("filter", *(e.partition.checksum for e in p["encoded"]), p["cfg"].config_hash(),
                                FILTER_VERSION, str(DataLayout(p["root"]).root))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +15,7 @@ from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.models import resolve_model
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, corpus_texts
+from tasks.keys import cache_key
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(vocab)
@@ -23,14 +23,14 @@ CODE_VERSION = code_version(vocab)
 
 def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
     cfg: VocabConfig = parameters["cfg"]
-    parts = [
+    return cache_key(
+        "vocab",
         model_fingerprint(resolve_model(cfg.base_model)),
         corpus_fingerprint(parameters["corpus"]),
         cfg.config_hash(),
         CODE_VERSION,
         str(Path(parameters["out_dir"]).resolve()),
-    ]
-    return "vocab-" + hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+    )
 
 
 @task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, retries=0)

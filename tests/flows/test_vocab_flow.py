@@ -30,8 +30,10 @@ def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
 
 def test_corpus_readers(tmp_path):
     jsonl = tmp_path / "p.jsonl"
-    jsonl.write_text('{"query": "a b", "document": "c d"}\n{"query": "", "document": null}\n')
-    assert corpus_texts(str(jsonl)) == ["a b", "c d"]
+    jsonl.write_text('{"query": "a b", "document": "c d"}\n{"query": "", "document": null}\n{broken\n')
+    assert corpus_texts(str(jsonl)) == ["a b", "c d"]  # the broken line is skipped (and logged)
+    with pytest.raises(CorpusError, match="no column"):
+        corpus_texts(str(jsonl), ("title",))
     csv = tmp_path / "p.csv"
     csv.write_text("q,d\nx y,z w\n")
     assert corpus_texts(str(csv), ("q", "d")) == ["x y", "z w"]
