@@ -17,7 +17,14 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import mosaic_core  # noqa: E402
-from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, PairConfig, VocabConfig  # noqa: E402
+from mosaic_core.config import (  # noqa: E402
+    NCBI_PUBMED_URL,
+    FilterConfig,
+    IngestConfig,
+    PairConfig,
+    TrainConfig,
+    VocabConfig,
+)
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
 app = typer.Typer(
@@ -284,6 +291,83 @@ def vocab(
                       text_columns=tuple(columns or ("query", "document")))
     report = vocab_flow(corpus, cfg, str(out.expanduser().resolve()))
     Console().print((out / "vocab_report.md").read_text() if (out / "vocab_report.md").exists() else report)
+
+
+def parse_overrides(items: list[str], stage_names: list[str]) -> tuple[dict, dict[str, dict]]:
+    """``key=value`` (every stage) and ``stage.key=value`` (one stage) → (common, per stage)."""
+    common: dict = {}
+    per_stage: dict[str, dict] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r}: expected key=value or stage.key=value")
+        parsed = None if value.lower() in ("none", "null") else value
+        stage, dot, field = key.rpartition(".")
+        if dot and stage not in stage_names:
+            raise typer.BadParameter(f"{item!r}: no stage {stage!r} in this preset ({', '.join(stage_names)})")
+        (per_stage.setdefault(stage, {}) if dot else common)[field] = parsed
+    return common, per_stage
+
+
+def build_train_config(preset: str, overrides: list[str], heldout_pairs: int, query_column: str,
+                       document_column: str) -> TrainConfig:
+    from pydantic import ValidationError
+
+    from mosaic_core.config import PRESETS, StageConfig
+
+    if preset not in PRESETS:
+        raise typer.BadParameter(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    common, per_stage = parse_overrides(overrides, [s.name for s in PRESETS[preset]])
+    try:
+        stages = tuple(StageConfig.model_validate({**s.model_dump(), **common, **per_stage.get(s.name, {})})
+                       for s in PRESETS[preset])
+        return TrainConfig(stages=stages, heldout_pairs=heldout_pairs, query_column=query_column,
+                           document_column=document_column)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+@app.command()
+def train(
+    model: Annotated[str, typer.Option(help="Input model: a `mosaic vocab` output (needed for domain-token "
+                                       "MLM), any local model directory or a hub id.")],
+    pairs: Annotated[str, typer.Option(help="Training pairs: a MOSAIC data root (its filtered pairs) or a "
+                                       "pairs file (.jsonl/.parquet/.csv).")],
+    out: Annotated[Path, typer.Option(help="Output root; stage i writes OUT/<i>-<name>.")],
+    preset: Annotated[str, typer.Option(help="Stage list: paper (joint, contrastive), warmup (mlm, joint, "
+                                        "contrastive), alpha-0.1..0.5, all-token, mask-0.3, reversed, "
+                                        "contrastive-only.")] = "paper",
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Override a stage field: key=value for every stage, stage.key=value for one "
+        "(e.g. --set batch_size=256 --set chunk_size=32 --set joint.max_steps=1000).")] = None,
+    heldout_pairs: Annotated[int, typer.Option(help="Pairs held out for the periodic retrieval check.")] = 256,
+    query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
+    document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
+    processes: Annotated[Optional[int], typer.Option(help="Data-parallel processes via torchrun "
+                                                     "(default: one per visible GPU, else 1).")] = None,
+) -> None:
+    """Stages 2-3: joint domain-restricted MLM + contrastive, then contrastive only (or a preset).
+
+    Each stage saves a model that SentenceTransformer/AutoModel load directly. Completed stages
+    come from cache on a rerun; an interrupted stage resumes from its last checkpoint.
+    """
+    from flows.train import train_flow
+
+    cfg = build_train_config(preset, set_ or [], heldout_pairs, query_column, document_column)
+    results = train_flow(model, pairs, cfg, str(out.expanduser().resolve()), processes)
+    _print_stages(results)
+
+
+def _print_stages(results: list[dict]) -> None:
+    table = Table(title="Training stages")
+    for col in ("stage", "steps", "pairs", "loss", "mlm", "contrastive", "held-out R@1", "held-out MRR", "model"):
+        table.add_column(col)
+    for r in results:
+        ev = r["evals"][-1] if r["evals"] else {}
+        table.add_row(r["stage"], str(r["steps"]), str(r["pairs"]), f"{r['final'].get('total', 0):.4f}",
+                      f"{r['final'].get('mlm', 0):.4f}", f"{r['final'].get('contrastive', 0):.4f}",
+                      f"{ev.get('recall@1', float('nan')):.3f}", f"{ev.get('mrr', float('nan')):.3f}", r["out_dir"])
+    Console().print(table)
 
 
 @app.command()

@@ -103,3 +103,90 @@ class FilterConfig(_Frozen):
         fields = ("model", "query_max_length", "document_max_length", "precision")
         blob = json.dumps({f: getattr(self, f) for f in fields}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class StageConfig(_Frozen):
+    """One training stage (METHOD.md stages 2–3, plus seed 003's MLM warm-up).
+
+    ``kind``: ``mlm`` — encoder frozen, only the MLM head transform and the domain rows of the
+    embedding matrix train, on the domain-restricted MLM loss; ``joint`` — α·MLM + InfoNCE in
+    one forward pass; ``contrastive`` — InfoNCE only.
+    """
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Label; also the output folder's name.")
+    kind: Literal["mlm", "joint", "contrastive"]
+    alpha: float = Field(0.3, ge=0.0, description="Weight of the MLM term in the joint loss.")
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="Chance a candidate position is masked.")
+    mlm_tokens: Literal["domain", "all"] = Field(
+        "domain", description="Mask and predict domain tokens only (V_D) or every non-special token (ablation)."
+    )
+    scale: float = Field(50.0, gt=0.0, description="Fixed InfoNCE logit scale (1/temperature).")
+    symmetric: bool = Field(False, description="Add the document→query InfoNCE direction.")
+    lr: float = Field(1e-5, gt=0.0, description="Peak learning rate.")
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
+    batch_size: int = Field(128, gt=0, description="Pairs per contrastive batch (in-batch negatives).")
+    chunk_size: int | None = Field(
+        None, gt=0, description="Gradient-caching chunk: pairs per forward pass (None: the whole batch)."
+    )
+    accumulation: int = Field(1, ge=1, description="Batches per optimizer step.")
+    warmup_ratio: float = Field(0.06, ge=0.0, lt=1.0)
+    schedule: Literal["linear", "cosine", "constant"] = "linear"
+    weight_decay: float = Field(0.01, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA and on CPUs with native bf16, else fp32."
+    )
+    query_max_length: int = Field(64, gt=0)
+    document_max_length: int = Field(256, gt=0)
+    seed: int = 0
+    checkpoint_every: int = Field(200, gt=0, description="Optimizer steps between checkpoints.")
+    log_every: int = Field(10, gt=0)
+    eval_every: int | None = Field(None, gt=0, description="Steps between held-out evaluations (None: at the end).")
+
+    @property
+    def uses_mlm(self) -> bool:
+        return self.kind == "mlm" or (self.kind == "joint" and self.alpha > 0)
+
+
+def _stages(*specs: tuple[str, str, dict]) -> tuple[StageConfig, ...]:
+    return tuple(StageConfig(name=name, kind=kind, **kw) for name, kind, kw in specs)
+
+
+PRESETS: dict[str, tuple[StageConfig, ...]] = {
+    # The paper: joint domain-restricted MLM + contrastive, then contrastive only.
+    "paper": _stages(("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    # Seed 003's domain warm-up first: needed when the base ships no MLM head.
+    "warmup": _stages(("mlm", "mlm", {"lr": 5e-4}), ("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    # Ablations (paper Table 4/5).
+    **{f"alpha-{a}": _stages(("joint", "joint", {"alpha": a}), ("contrastive", "contrastive", {}))
+       for a in (0.1, 0.2, 0.3, 0.4, 0.5)},
+    "all-token": _stages(("joint", "joint", {"mlm_tokens": "all", "alpha": 0.1}), ("contrastive", "contrastive", {})),
+    "mask-0.3": _stages(("joint", "joint", {"mlm_probability": 0.3}), ("contrastive", "contrastive", {})),
+    "reversed": _stages(("contrastive", "contrastive", {}), ("joint", "joint", {})),
+    "contrastive-only": _stages(("contrastive", "contrastive", {}),),
+}
+
+
+class TrainConfig(_Frozen):
+    """A training run: stages in order, each starting from the previous stage's model."""
+
+    stages: tuple[StageConfig, ...] = Field(PRESETS["paper"], min_length=1)
+    heldout_pairs: int = Field(256, ge=0, description="Pairs kept out of training for the evaluation hook.")
+    query_column: str = "query"
+    document_column: str = "document"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> TrainConfig:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique (they name output folders): {names}")
+        return self
+
+    @classmethod
+    def preset(cls, name: str, overrides: dict | None = None, **kwargs) -> TrainConfig:
+        """A preset's stages with ``overrides`` (field → value) applied to every stage."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        stages = tuple(s.model_copy(update=overrides or {}) for s in PRESETS[name])
+        return cls(stages=tuple(StageConfig.model_validate(s.model_dump()) for s in stages), **kwargs)

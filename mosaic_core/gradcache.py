@@ -21,6 +21,17 @@ from mosaic_core.losses import IGNORE, JointLoss, domain_mlm_loss, full_mlm_loss
 from mosaic_core.model import DualEncoder
 
 
+def _rng_state(device: torch.device) -> tuple:
+    """The RNG state dropout draws from on ``device`` (CPU generator, plus CUDA's on a GPU)."""
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state: tuple, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
 def _mlm(model: DualEncoder, states: torch.Tensor, targets: torch.Tensor, domain_ids: torch.Tensor | None):
     if domain_ids is None:
         return full_mlm_loss(states, targets, model.embeddings, model.head.bias)
@@ -44,10 +55,11 @@ def joint_backward(
     n = batch["query_ids"].shape[0]
     spans = [(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
     n_masked = int((batch["labels"] != IGNORE).sum()) if use_mlm else 0
+    device = batch["query_ids"].device
     rng_states, q_parts, d_parts = [], [], []
     with torch.no_grad():
         for lo, hi in spans:
-            rng_states.append(torch.get_rng_state())
+            rng_states.append(_rng_state(device))
             q_parts.append(model.embed(batch["query_ids"][lo:hi], batch["query_mask"][lo:hi]))
             d_parts.append(model.embed(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi]))
     q_all = torch.cat(q_parts).requires_grad_()
@@ -56,7 +68,7 @@ def joint_backward(
     contrastive.backward()
     mlm_total = 0.0
     for (lo, hi), state in zip(spans, rng_states, strict=True):
-        torch.set_rng_state(state)
+        _set_rng_state(state, device)
         q = model.embed(batch["query_ids"][lo:hi], batch["query_mask"][lo:hi])
         surrogate = (q * q_all.grad[lo:hi]).sum()
         if use_mlm:
@@ -73,3 +85,21 @@ def joint_backward(
         surrogate.backward()
     return {"contrastive": contrastive.item(), "mlm": mlm_total,
             "total": contrastive.item() + loss_fn.alpha * mlm_total}
+
+
+def mlm_backward(model: DualEncoder, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
+                 chunk_size: int) -> dict[str, float]:
+    """Accumulate the gradients of the MLM loss alone (the warm-up stage) on masked documents,
+    ``chunk_size`` documents per forward pass; the mean is over all masked tokens of the batch."""
+    n = batch["doc_ids"].shape[0]
+    n_masked = int((batch["labels"] != IGNORE).sum())
+    total = 0.0
+    for lo in range(0, n, chunk_size):
+        hi = min(lo + chunk_size, n)
+        _, states, targets = model.forward_docs(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi],
+                                                batch["labels"][lo:hi])
+        if len(targets):
+            loss = _mlm(model, states, targets, domain_ids) * (len(targets) / n_masked)
+            loss.backward()
+            total += loss.item()
+    return {"contrastive": 0.0, "mlm": total, "total": total}

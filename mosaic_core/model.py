@@ -9,8 +9,10 @@ transform starts fresh and :func:`build_model` says so.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -22,6 +24,7 @@ from mosaic_core.losses import IGNORE, mask_tokens
 from mosaic_core.models import resolve_model
 
 log = logging.getLogger(__name__)
+HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
 
 
 class MLMHead(nn.Module):
@@ -29,6 +32,7 @@ class MLMHead(nn.Module):
 
     def __init__(self, hidden: int, vocab_size: int, activation: str = "gelu", eps: float = 1e-12):
         super().__init__()
+        self.config = {"activation": activation, "eps": eps}
         self.dense = nn.Linear(hidden, hidden)
         self.act = ACT2FN[activation]
         self.norm = nn.LayerNorm(hidden, eps=eps)
@@ -69,11 +73,23 @@ class DualEncoder(nn.Module):
 
 
 def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = True) -> tuple[DualEncoder, bool]:
-    """(model, whether the MLM head came from the checkpoint)."""
+    """(model, whether the MLM head came from the checkpoint).
+
+    The head is taken, in order, from a MOSAIC stage output's ``mlm_head.safetensors``, from
+    the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (with a warning)."""
+    from safetensors.torch import load_file
+
     from mosaic_core.vocab import masked_lm_with_head
 
     resolved = resolve_model(model)
     st_pooling, _ = read_st_pooling(resolved)
+    sidecar = Path(resolved) / HEAD_WEIGHTS
+    if with_mlm and sidecar.is_file():
+        encoder = AutoModel.from_pretrained(resolved)
+        cfg = json.loads((Path(resolved) / HEAD_CONFIG).read_text())
+        head = MLMHead(encoder.config.hidden_size, encoder.get_input_embeddings().weight.shape[0], **cfg)
+        head.load_state_dict(load_file(str(sidecar)))
+        return DualEncoder(encoder, pooling or st_pooling or "mean", head), True
     mlm = masked_lm_with_head(resolved) if with_mlm else None
     encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved)
     cfg = encoder.config
@@ -90,6 +106,24 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
             log.warning("%s has no MLM head: the head's transform starts fresh (consider the mlm warm-up stage)",
                         model)
     return DualEncoder(encoder, pooling or st_pooling or "mean", head), mlm is not None
+
+
+def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
+    """Write ``model`` as a sentence-transformers model directory (modules, pooling and
+    tokenizer from ``template``, the stage's input model; weights from ``model``) that
+    ``SentenceTransformer``/``AutoModel`` load directly, with the MLM head beside it as
+    ``mlm_head.safetensors`` for the next stage."""
+    from safetensors.torch import save_file
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(resolve_model(template), device="cpu")
+    st[0].auto_model.load_state_dict({k: v.detach().cpu() for k, v in model.encoder.state_dict().items()})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    st.save(str(out_dir))
+    if model.head is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
+                  str(out_dir / HEAD_WEIGHTS))
+        (out_dir / HEAD_CONFIG).write_text(json.dumps(model.head.config))
 
 
 def _checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:

@@ -71,17 +71,42 @@ def file_rows(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = 
     return rows, invalid
 
 
+def _is_data_root(path: Path) -> bool:
+    return (path / "catalog.duckdb").exists() or (path / "manifests").is_dir()
+
+
+def _root_pairs(path: Path) -> list[tuple[str, str]]:
+    """A data root's (query, document) rows: ``training_pairs`` once the filter has run, else
+    ``latest_pairs``, in a stable order."""
+    with Catalog(DataLayout(path)) as cat:
+        cat.refresh()
+        filtered = (path / "manifests" / "filter").is_dir()
+        return cat.rows("SELECT query, document FROM training_pairs ORDER BY source_file, pair_id" if filtered
+                        else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid")
+
+
+def read_pairs(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple[str, str]], int]:
+    """(usable (query, document) pairs, rows skipped as unusable) of a data root or pairs file;
+    skipped rows are logged with their count, never silently lost."""
+    path = Path(source).expanduser()
+    if _is_data_root(path):
+        return _root_pairs(path), 0
+    if not path.is_file():
+        raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
+    rows, invalid = file_rows(path, (query_col, doc_col))
+    pairs = [(q, d) for q, d in rows if isinstance(q, str) and q.strip() and isinstance(d, str) and d.strip()]
+    skipped = invalid + len(rows) - len(pairs)
+    if skipped:
+        log.warning("%s: skipped %d rows without a usable %s/%s", path, skipped, query_col, doc_col)
+    return pairs, skipped
+
+
 def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> list[str]:
     """Non-empty texts of ``columns`` from a pairs file, or from a data root: its
     ``training_pairs`` once the filter has run, else its ``latest_pairs``."""
     path = Path(source).expanduser()
-    if (path / "catalog.duckdb").exists() or (path / "manifests").is_dir():
-        with Catalog(DataLayout(path)) as cat:
-            cat.refresh()
-            filtered = (path / "manifests" / "filter").is_dir()
-            rows = cat.rows("SELECT query, document FROM training_pairs ORDER BY source_file, pair_id" if filtered
-                            else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid")
-        return [t for row in rows for t in row if t]
+    if _is_data_root(path):
+        return [t for row in _root_pairs(path) for t in row if t]
     if not path.is_file():
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
     rows, invalid = file_rows(path, columns)

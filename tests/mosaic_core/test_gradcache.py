@@ -49,3 +49,18 @@ def test_gradient_cache_equals_big_batch(tmp_path, chunk, use_mlm):
     assert grads.keys() == ref.keys()
     for name, g in grads.items():
         torch.testing.assert_close(g, ref[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_mlm_term_sends_gradient_to_every_domain_row_and_no_other_unused_row(tmp_path):
+    from mosaic_core.gradcache import mlm_backward
+
+    path, domain, batch = setup(tmp_path)
+    model, _ = build_model(str(path))
+    model.eval()
+    out = mlm_backward(model, batch, domain, chunk_size=4)
+    assert out["mlm"] > 0 and out["contrastive"] == 0
+    grad = model.embeddings.grad
+    assert (grad[domain].abs().sum(1) > 0).all()  # the decoder is the embedding matrix: V_D rows learn
+    used = set(batch["doc_ids"].unique().tolist()) | set(domain.tolist())
+    unused = [i for i in range(grad.shape[0]) if i not in used]
+    assert grad[unused].abs().sum() == 0

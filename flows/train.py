@@ -1,0 +1,40 @@
+"""The training flow: stages in order (e.g. joint → contrastive), each from the previous model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+
+from mosaic_core.config import TrainConfig
+from tasks.train import default_processes, train_stage_for
+
+
+def stage_dir(out_root: str, index: int, name: str) -> str:
+    return str(Path(out_root) / f"{index + 1}-{name}")
+
+
+@flow(name="train")
+def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
+               processes: int | None = None) -> list[dict]:
+    """Run ``cfg.stages`` from ``input_model`` (a stage-1 output for domain-token MLM) on the
+    pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``. A completed stage comes
+    from cache; a failed one resumes from its last checkpoint when the flow is run again."""
+    results, model = [], input_model
+    for i, stage in enumerate(cfg.stages):
+        out = stage_dir(out_root, i, stage.name)
+        results.append(train_stage_for(out)(model, pairs_source, stage, cfg, out,
+                                            processes or default_processes()))
+        model = out
+    create_table_artifact(
+        key="training-stages",
+        table=[{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
+                "loss": round(r["final"].get("total", 0), 4),
+                "mlm": round(r["final"].get("mlm", 0), 4), "contrastive": round(r["final"].get("contrastive", 0), 4),
+                **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
+                   if k not in ("step", "n")},
+                "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"]} for r in results],
+        description="Training stages: final losses and held-out retrieval",
+    )
+    return results

@@ -1,0 +1,64 @@
+import json
+
+import pytest
+from builders import tiny_bert
+
+from flows.train import train_flow
+from mosaic_core.config import StageConfig, TrainConfig
+from mosaic_core.vocab import build_expanded_model
+from tasks.train import FAIL_ENV
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
+PAIRS = [{"query": f"{t} in patients {i}", "document": f"patients with {t} were treated; {t} and cells {i}"}
+         for i in range(4) for t in TOPICS]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    corpus = root / "pairs.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS) + "{broken line\n")
+    stage1 = root / "stage1"
+    build_expanded_model(str(tiny_bert(root / "base")), [t for p in PAIRS for t in p.values()] * 3, stage1,
+                         vocab_size=300, min_frequency=2)
+    return str(stage1), str(corpus)
+
+
+def config(**kw) -> TrainConfig:
+    common = dict(batch_size=6, chunk_size=3, max_steps=3, lr=1e-3, precision="fp32", checkpoint_every=1)
+    stages = (StageConfig(name="joint", kind="joint", **common),
+              StageConfig(name="contrastive", kind="contrastive", **common))
+    return TrainConfig(stages=stages, **{"heldout_pairs": 4, **kw})
+
+
+def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeypatch):
+    stage1, corpus = inputs
+    out = tmp_path / "run"
+    monkeypatch.setenv(FAIL_ENV, "contrastive:2")
+    with pytest.raises(Exception, match="injected failure after step 2"):
+        train_flow(stage1, corpus, config(), str(out))
+    joint_done = (out / "1-joint" / "stage.json").stat().st_mtime_ns
+    assert (out / "2-contrastive" / "checkpoints").is_dir() and not (out / "2-contrastive" / "stage.json").exists()
+
+    monkeypatch.delenv(FAIL_ENV)
+    joint, contrastive = train_flow(stage1, corpus, config(), str(out))
+    assert (out / "1-joint" / "stage.json").stat().st_mtime_ns == joint_done  # completed stage: from cache
+    assert contrastive["resumed_from"] == 2 and contrastive["steps"] == 3  # failed stage: resumed
+    assert joint["pairs"] == len(PAIRS) - 4 and joint["evals"][-1]["n"] == 4
+    assert json.loads((out / "2-contrastive" / "stage.json").read_text())["input_model"] == str(out / "1-joint")
+
+    again = train_flow(stage1, corpus, config(), str(out))
+    assert again == [joint, contrastive]  # everything cached
+    changed = train_flow(stage1, corpus, config(heldout_pairs=2), str(out))
+    assert changed[0]["pairs"] == len(PAIRS) - 2  # a new data split retrains
+
+
+def test_two_process_data_parallel_stage(inputs, tmp_path):
+    stage1, corpus = inputs
+    cfg = TrainConfig(stages=(StageConfig(name="joint", kind="joint", batch_size=6, max_steps=2, lr=1e-3,
+                                          precision="fp32"),), heldout_pairs=4)
+    (result,) = train_flow(stage1, corpus, cfg, str(tmp_path / "ddp"), processes=2)
+    assert result["world"] == 2 and result["steps"] == 2
+    assert (tmp_path / "ddp" / "1-joint" / "model.safetensors").exists()

@@ -1,0 +1,173 @@
+import json
+
+import pytest
+import torch
+from builders import tiny_bert
+from safetensors.torch import load_file
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel
+
+from mosaic_core.config import StageConfig, TrainConfig
+from mosaic_core.model import HEAD_WEIGHTS, build_model
+from mosaic_core.train import (
+    BatchPlan,
+    InjectedFailure,
+    StageInputError,
+    heldout_retrieval,
+    read_domain_ids,
+    train_stage,
+)
+from mosaic_core.vocab import build_expanded_model
+
+TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes",
+          "thrombosis", "neuropathy"]
+PAIRS = [(f"{t} in the patient {i}", f"the patient with {t} was treated; {t} and cells {i} were {t} studied")
+         for i in range(3) for t in TOPICS]
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory):
+    base = tiny_bert(tmp_path_factory.mktemp("base"))
+    out = tmp_path_factory.mktemp("stage1")
+    build_expanded_model(str(base), [t for p in PAIRS for t in p] * 3, out, vocab_size=300, min_frequency=2)
+    assert read_domain_ids(str(out)) is not None
+    return out
+
+
+def stage(**kw) -> StageConfig:
+    defaults = dict(name="joint", kind="joint", batch_size=8, chunk_size=3, max_steps=5, lr=1e-3, precision="fp32",
+                    checkpoint_every=2, log_every=1)
+    return StageConfig(**{**defaults, **kw})
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return AutoModel.from_pretrained(path).state_dict()
+
+
+def test_resume_after_a_crash_reproduces_the_uninterrupted_run(stage1, tmp_path):
+    cfg = stage()
+    full = train_stage(str(stage1), PAIRS, cfg, tmp_path / "full", fingerprint="f", progress=False)
+    with pytest.raises(InjectedFailure):
+        train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", fail_at_step=3, progress=False)
+    assert (tmp_path / "crash" / "checkpoints" / "step-00000002").is_dir()
+    resumed = train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", progress=False)
+    assert resumed.resumed_from == 2 and resumed.steps == full.steps == 5
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "crash")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=0, atol=1e-6, msg=name)
+    head_a, head_b = load_file(str(tmp_path / "full" / HEAD_WEIGHTS)), load_file(str(tmp_path / "crash" / HEAD_WEIGHTS))
+    for name in head_a:
+        torch.testing.assert_close(head_b[name], head_a[name], rtol=0, atol=1e-6, msg=name)
+    log_full = [json.loads(x) for x in (tmp_path / "full" / "train_log.jsonl").read_text().splitlines()]
+    log_resumed = [json.loads(x) for x in (tmp_path / "crash" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log_resumed] == [r["step"] for r in log_full] == [1, 2, 3, 4, 5]
+    assert log_resumed[-1]["total"] == pytest.approx(log_full[-1]["total"], rel=1e-5)
+    assert not (tmp_path / "crash" / "checkpoints").exists()  # superseded by the saved model
+
+
+def test_checkpoint_for_another_config_is_not_resumed(stage1, tmp_path):
+    with pytest.raises(InjectedFailure):
+        train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="old", fail_at_step=2, progress=False)
+    result = train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="new", progress=False)
+    assert result.resumed_from is None
+
+
+def test_saved_stage_loads_everywhere_and_carries_head_and_vocabulary(stage1, tmp_path):
+    out = tmp_path / "joint"
+    result = train_stage(str(stage1), PAIRS[:20], stage(max_steps=3), out, heldout=PAIRS[20:], progress=False)
+    assert result.evals and 0.0 <= result.evals[-1]["recall@1"] <= 1.0 and result.evals[-1]["n"] == 4
+    st = SentenceTransformer(str(out), device="cpu")
+    emb = st.encode(["cardiomyopathy in the patient"])
+    assert emb.shape == (1, 32)
+    assert torch.equal(read_domain_ids(str(out)), read_domain_ids(str(stage1)))
+    model, from_checkpoint = build_model(str(out))
+    assert from_checkpoint
+    saved = load_file(str(out / HEAD_WEIGHTS))
+    torch.testing.assert_close(model.head.dense.weight, saved["dense.weight"])
+    # The training changed the encoder and the head (the joint stage trains both).
+    before, _ = build_model(str(stage1))
+    assert not torch.equal(model.encoder.get_input_embeddings().weight, before.encoder.get_input_embeddings().weight)
+    assert not torch.equal(model.head.dense.weight, before.head.dense.weight)
+    assert json.loads((out / "stage.json").read_text())["result"]["steps"] == 3
+
+
+def test_mlm_warmup_trains_only_domain_rows_and_head_and_lowers_the_loss(stage1, tmp_path):
+    cfg = stage(name="mlm", kind="mlm", lr=5e-3, max_steps=25, mlm_probability=0.5, warmup_ratio=0.0)
+    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    log = [json.loads(x) for x in (tmp_path / "mlm" / "train_log.jsonl").read_text().splitlines()]
+    first, last = sum(r["mlm"] for r in log[:5]) / 5, sum(r["mlm"] for r in log[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+    assert all(r["contrastive"] == 0.0 for r in log)
+    before, after = weights(stage1), weights(tmp_path / "mlm")
+    emb = "embeddings.word_embeddings.weight"
+    domain = read_domain_ids(str(stage1))
+    old = torch.ones(before[emb].shape[0], dtype=torch.bool)
+    old[domain] = False
+    assert torch.equal(after[emb][old], before[emb][old])  # non-domain rows bit-identical
+    assert not torch.equal(after[emb][domain], before[emb][domain])
+    for name in before:
+        if name != emb:
+            assert torch.equal(after[name], before[name]), name  # encoder frozen
+    assert result.domain_vocab == len(domain)
+
+
+def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_path, monkeypatch):
+    import mosaic_core.train as train
+
+    seen = []
+    original = train.joint_backward
+
+    def spy(model, batch, *args, **kw):
+        seen.append((batch["labels"] != -100).sum().item())
+        return original(model, batch, *args, **kw)
+
+    train_stage(str(stage1), PAIRS, stage(max_steps=1), tmp_path / "joint", progress=False)  # has a head now
+    monkeypatch.setattr(train, "joint_backward", spy)
+    train_stage(str(tmp_path / "joint"), PAIRS, stage(name="c", kind="contrastive", max_steps=2), tmp_path / "c",
+                progress=False)
+    assert seen == [0, 0]
+    before, _ = build_model(str(tmp_path / "joint"))
+    after, _ = build_model(str(tmp_path / "c"))
+    assert torch.equal(before.head.dense.weight, after.head.dense.weight)
+
+
+def test_domain_masking_needs_stage1_output(tmp_path):
+    base = tiny_bert(tmp_path / "base")
+    with pytest.raises(StageInputError, match="mosaic vocab"):
+        train_stage(str(base), PAIRS, stage(), tmp_path / "out", progress=False)
+    # All-token MLM and contrastive-only run on any model.
+    train_stage(str(base), PAIRS, stage(mlm_tokens="all", max_steps=1), tmp_path / "all", progress=False)
+
+
+def test_batch_plan_is_a_function_of_seed_and_step():
+    plan = BatchPlan(10, 4, seed=1)
+    first_epoch = [plan.indices(g) for g in range(2)]
+    assert plan.per_epoch == 2 and all(len(b) == 4 for b in first_epoch)
+    assert len(set(first_epoch[0]) | set(first_epoch[1])) == 8
+    assert BatchPlan(10, 4, seed=1).indices(1) == first_epoch[1]
+    assert plan.indices(2) != first_epoch[0]  # a new epoch reshuffles
+
+
+def test_heldout_retrieval_against_naive_ranks(stage1):
+    model, _ = build_model(str(stage1))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(stage1)
+    m = heldout_retrieval(model, tok, PAIRS, stage(), torch.device("cpu"))
+    st = SentenceTransformer(str(stage1), device="cpu")
+    q = torch.tensor(st.encode([p[0] for p in PAIRS], normalize_embeddings=True))
+    d = torch.tensor(st.encode([p[1] for p in PAIRS], normalize_embeddings=True))
+    ranks = [1 + sum(float(q[i] @ d[j]) > float(q[i] @ d[i]) + 1e-6 for j in range(len(PAIRS)))
+             for i in range(len(PAIRS))]
+    assert m["mrr"] == pytest.approx(sum(1 / r for r in ranks) / len(ranks), abs=0.02)
+
+
+def test_presets_and_validation():
+    assert [s.kind for s in TrainConfig.preset("warmup").stages] == ["mlm", "joint", "contrastive"]
+    assert [s.kind for s in TrainConfig.preset("reversed").stages] == ["contrastive", "joint"]
+    assert TrainConfig.preset("all-token").stages[0].mlm_tokens == "all"
+    assert TrainConfig.preset("paper", {"batch_size": 16}).stages[1].batch_size == 16
+    with pytest.raises(ValueError, match="unknown preset"):
+        TrainConfig.preset("nope")
+    with pytest.raises(ValueError, match="unique"):
+        TrainConfig(stages=(stage(), stage()))
