@@ -370,6 +370,99 @@ def _print_stages(results: list[dict]) -> None:
     Console().print(table)
 
 
+def parse_models(items: list[str]) -> dict[str, str]:
+    """``NAME=PATH`` or ``PATH`` (named after its folder) → {name: path}, names unique."""
+    models: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = Path(item).name or item, item
+        if name in models:
+            raise typer.BadParameter(f"two models named {name!r}: use NAME=PATH")
+        models[name] = path
+    return models
+
+
+@app.command(name="eval")
+def eval_models(
+    model: Annotated[list[str], typer.Option(help="Model to score: NAME=PATH or PATH (a hub id, a local model, "
+                                             f"{OFFLINE_MODEL}); repeat to compare.")],
+    out: Annotated[Path, typer.Option(help="Report folder: report.md, report.html, scores.png, "
+                                      "ndcg_boxplot.png, results.json.")],
+    task: Annotated[Optional[list[str]], typer.Option(
+        help="mteb task by name (repeatable), e.g. BIOSSES, SciFact, NFCorpus; 'medical' = the paper's subset. "
+        "Data comes from the Hugging Face hub or its local cache.")] = None,
+    beir: Annotated[Optional[list[Path]], typer.Option(
+        help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) as a retrieval task.")] = None,
+    sts: Annotated[Optional[list[Path]], typer.Option(
+        help="STS file (.jsonl/.csv/.tsv with sentence1, sentence2, score): Spearman of cosine.")] = None,
+    heldout: Annotated[Optional[str], typer.Option(
+        help="Pairs source (data root or pairs file) of the training run: its held-out queries retrieved "
+        "over held-out documents plus a pool of training documents.")] = None,
+    heldout_pairs: Annotated[int, typer.Option(help="Held-out pairs (as in `mosaic train`).")] = 256,
+    pool: Annotated[int, typer.Option(help="Distractor documents in the held-out task.")] = 10_000,
+    data_root: Annotated[Optional[Path], typer.Option(
+        "--data-root", "-d", envvar="MOSAIC_DATA_ROOT",
+        help="Record the scores in this data root's catalog (see `mosaic history`).")] = None,
+    skip_unavailable: Annotated[bool, typer.Option(
+        help="Report tasks whose data is missing and score the rest (default: stop before scoring).")] = False,
+) -> None:
+    """Score models on mteb tasks and local benchmark files; write a comparison report."""
+    from flows.evaluate import EvaluationInputError, eval_flow
+    from mosaic_core.config import EvalConfig, EvalTaskSpec
+    from mosaic_core.evaluation import MEDICAL_TASKS
+
+    names = [t for name in task or [] for t in (MEDICAL_TASKS if name == "medical" else (name,))]
+    specs = [EvalTaskSpec(kind="mteb", name=n) for n in names]
+    specs += [EvalTaskSpec(kind="beir", name=p.expanduser().resolve().name, path=str(p)) for p in beir or []]
+    specs += [EvalTaskSpec(kind="sts", name=p.stem, path=str(p)) for p in sts or []]
+    if heldout:
+        specs.append(EvalTaskSpec(kind="heldout", name="heldout", path=heldout, heldout_pairs=heldout_pairs,
+                                  pool=pool))
+    if not specs:
+        raise typer.BadParameter("no task: give --task, --beir, --sts or --heldout")
+    cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable)
+    try:
+        result = eval_flow(parse_models(model), cfg, str(out.expanduser().resolve()),
+                           str(data_root.expanduser().resolve()) if data_root else None)
+    except EvaluationInputError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    Console().print(Path(result["report"]["markdown"]).read_text().split("![")[0])
+    Console().print(f"[green]report:[/green] {result['report']['html']}")
+
+
+@app.command()
+def history(
+    data_root: DataRoot = DEFAULT_ROOT,
+    task: Annotated[Optional[str], typer.Option(help="Only this task.")] = None,
+    last: Annotated[int, typer.Option(help="Most recent N evaluation runs.")] = 10,
+) -> None:
+    """Scores of past evaluations recorded in the data root's catalog, newest first."""
+    from storage.catalog import Catalog
+    from storage.layout import DataLayout
+
+    with Catalog(DataLayout(data_root)) as cat:
+        cat.refresh()
+        rows = cat.rows(
+            """
+            WITH runs AS (SELECT run_id, max(evaluated_at) AS run_at FROM eval_history GROUP BY run_id
+                          ORDER BY run_at DESC LIMIT ?)
+            SELECT h.evaluated_at, h.run_id, h.model, h.task, h.metric, h.value, h.model_fingerprint
+            FROM eval_history h JOIN runs USING (run_id)
+            WHERE ? IS NULL OR h.task = ? ORDER BY h.evaluated_at DESC, h.task, h.model
+            """, [last, task, task])
+    if not rows:
+        console.print(f"no evaluations recorded in {data_root}: run `mosaic eval --data-root {data_root}` first")
+        raise typer.Exit(1)
+    table = Table(title=f"Evaluation history ({data_root})")
+    for col in ("when (UTC)", "run", "model", "task", "metric", "value", "model checksum"):
+        table.add_column(col)
+    for at, run_id, m, t, metric, value, fp in rows:
+        table.add_row(str(at)[:19], run_id, m, t, metric, f"{100 * value:.2f}", fp)
+    Console().print(table)
+
+
 @app.command()
 def run(data_root: DataRoot = Path("mosaic-demo")) -> None:
     """Run the pipeline on the built-in demo (bundled PubMed XML, offline model, CPU).

@@ -190,3 +190,28 @@ class TrainConfig(_Frozen):
             raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         stages = tuple(s.model_copy(update=overrides or {}) for s in PRESETS[name])
         return cls(stages=tuple(StageConfig.model_validate(s.model_dump()) for s in stages), **kwargs)
+
+
+class EvalTaskSpec(_Frozen):
+    """One evaluation task: an mteb task by name, or local files wrapped as an mteb task."""
+
+    kind: Literal["mteb", "beir", "sts", "heldout"]
+    name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task.")
+    path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout).")
+    split: str | None = Field(None, description="BEIR qrels split (default: test, or the only one).")
+    pool: int = Field(10_000, gt=0, description="heldout: distractor documents from the training pairs.")
+    heldout_pairs: int = Field(256, gt=0, description="heldout: pairs held out (must match training).")
+    query_column: str = "query"
+    document_column: str = "document"
+
+    @model_validator(mode="after")
+    def _path_for_local(self) -> EvalTaskSpec:
+        if self.kind != "mteb" and not self.path:
+            raise ValueError(f"a {self.kind} task needs a path")
+        return self
+
+
+class EvalConfig(_Frozen):
+    tasks: tuple[EvalTaskSpec, ...] = Field(..., min_length=1)
+    batch_size: int = Field(64, gt=0)
+    skip_unavailable: bool = Field(False, description="Report unavailable tasks and go on instead of failing.")

@@ -28,6 +28,17 @@ import pyarrow as pa
 from storage import schemas
 from storage.layout import DataLayout
 
+_EVAL_COLUMNS = {
+    "run_id": "VARCHAR",
+    "evaluated_at": "TIMESTAMPTZ",
+    "model": "VARCHAR",
+    "model_path": "VARCHAR",
+    "model_fingerprint": "VARCHAR",
+    "task": "VARCHAR",
+    "task_checksum": "VARCHAR",
+    "metric": "VARCHAR",
+    "value": "DOUBLE",
+}
 _MANIFEST_COLUMNS = {
     "stage": "VARCHAR",
     "partition": "VARCHAR",
@@ -82,6 +93,7 @@ class Catalog:
         self._parquet_view("filtered", "filtered", schemas.FILTERED)
         self._manifest_view("ingest_manifests", "ingest")
         self._manifest_view("filter_manifests", "filter")
+        self._json_view("eval_history", self.layout.evaluations_dir, _EVAL_COLUMNS)
         self.con.execute("CREATE OR REPLACE VIEW training_pairs AS SELECT * FROM filtered WHERE kept")
         self.con.execute(
             """
@@ -123,12 +135,14 @@ class Catalog:
             self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_empty")
 
     def _manifest_view(self, view: str, stage: str) -> None:
-        directory = self.layout.manifest_dir(stage)
-        columns = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in _MANIFEST_COLUMNS.items()) + "}"
+        self._json_view(view, self.layout.manifest_dir(stage), _MANIFEST_COLUMNS)
+
+    def _json_view(self, view: str, directory: Path, column_types: dict[str, str]) -> None:
+        columns = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in column_types.items()) + "}"
         if any(directory.glob("*.json")):
             source = f"read_json({_literal(str(directory / '*.json'))}, columns = {columns})"
         else:
-            cols = ", ".join(f"NULL::{t} AS {k}" for k, t in _MANIFEST_COLUMNS.items())
+            cols = ", ".join(f"NULL::{t} AS {k}" for k, t in column_types.items())
             source = f"(SELECT {cols} WHERE false)"
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {source}")
 

@@ -44,6 +44,10 @@ class DataLayout:
     def raw_dir(self) -> Path:
         return self.root / "raw"
 
+    @property
+    def evaluations_dir(self) -> Path:
+        return self.root / "evaluations"
+
     def dataset_dir(self, dataset: str) -> Path:
         return self.root / dataset
 

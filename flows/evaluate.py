@@ -1,0 +1,56 @@
+"""The evaluation flow: models × tasks → scores, the comparison report, and the history."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from mosaic_core.config import EvalConfig
+from mosaic_core.evaluation import TaskScore, TaskUnavailable
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.models import resolve_model
+from mosaic_core.report import markdown_table, write_report
+from storage.benchmarks import BenchmarkError
+from storage.history import record_evaluation
+from storage.layout import DataLayout
+from tasks.evaluate import evaluate_task, load_task, task_checksum
+
+
+class EvaluationInputError(RuntimeError):
+    """Requested tasks are unavailable; the message lists each and how to provide it."""
+
+
+@flow(name="evaluate")
+def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: str | None = None) -> dict:
+    """Score every model on every task and write the report to ``out_dir``; with ``data_root``
+    the scores are also recorded in its catalog (``mosaic history``)."""
+    problems, specs = [], []
+    for spec in cfg.tasks:  # every task's data is checked before any model is scored
+        try:
+            load_task(spec)
+            specs.append(spec)
+        except (TaskUnavailable, BenchmarkError) as exc:
+            problems.append(str(exc))
+    if problems and not cfg.skip_unavailable:
+        raise EvaluationInputError("unavailable evaluation tasks:\n- " + "\n- ".join(problems))
+    futures = {(m, s.name): evaluate_task.submit(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size)
+               for m, p in models.items() for s in specs}
+    scores = {m: [TaskScore(**futures[(m, s.name)].result()) for s in specs] for m in models}
+    fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
+    metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
+                **{f"task {s.name}": f"{s.kind} {s.path or ''} ({task_checksum(s)})" for s in specs},
+                "eval config": cfg.config_hash()}
+    paths = write_report(scores, Path(out_dir), metadata, [f"not evaluated: {p}" for p in problems])
+    if data_root:
+        checksums = {s.name: task_checksum(s) for s in specs}
+        record_evaluation(DataLayout(data_root), uuid.uuid4().hex[:12], [
+            {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
+             "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}
+            for m, ss in scores.items() for s in ss])
+    create_markdown_artifact(key="evaluation-report", markdown=markdown_table(scores, {}),
+                             description=f"Evaluation report: {paths['html']}")
+    return {"scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()},
+            "report": {k: str(v) for k, v in paths.items()}, "unavailable": problems}

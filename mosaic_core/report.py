@@ -1,0 +1,142 @@
+"""The comparison report: tasks × models grid (Markdown + self-contained HTML), a per-task bar
+chart and a per-query NDCG@10 box plot (PNG), and the run's metadata."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from mosaic_core.evaluation import TaskScore  # noqa: E402
+
+
+def grid(scores: dict[str, list[TaskScore]]) -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
+    """(models, tasks, {(model, task): value})."""
+    models = list(scores)
+    tasks = list(dict.fromkeys(s.task for ss in scores.values() for s in ss))
+    values = {(m, s.task): s.value for m, ss in scores.items() for s in ss}
+    return models, tasks, values
+
+
+def _best(models: list[str], task: str, values: dict) -> float | None:
+    present = [values[(m, task)] for m in models if (m, task) in values]
+    return max(present) if present else None
+
+
+def _average(model: str, tasks: list[str], values: dict) -> float | None:
+    got = [values[(model, t)] for t in tasks if (model, t) in values]
+    return sum(got) / len(got) if len(got) == len(tasks) else None
+
+
+def markdown_table(scores: dict[str, list[TaskScore]], metrics: dict[str, str]) -> str:
+    """Table-1 style: one row per model, one column per task (×100), best per column in bold."""
+    models, tasks, values = grid(scores)
+    head = "| model | " + " | ".join(f"{t} ({metrics.get(t, '')})" for t in tasks) + " | average |"
+    lines = [head, "|" + " --- |" * (len(tasks) + 2)]
+    averages = {m: _average(m, tasks, values) for m in models}
+    best_avg = max((a for a in averages.values() if a is not None), default=None)
+    for m in models:
+        cells = []
+        for t in [*tasks, None]:
+            v = averages[m] if t is None else values.get((m, t))
+            best = best_avg if t is None else _best(models, t, values)
+            text = "–" if v is None else f"{100 * v:.2f}"
+            cells.append(f"**{text}**" if v is not None and v == best and len(models) > 1 else text)
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def bar_chart(scores: dict[str, list[TaskScore]], path: Path) -> Path:
+    models, tasks, values = grid(scores)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks) * max(1, len(models)) / 2), 4))
+    width = 0.8 / max(1, len(models))
+    for i, m in enumerate(models):
+        xs = [j + i * width for j in range(len(tasks))]
+        ys = [100 * values.get((m, t), 0.0) for t in tasks]
+        bars = ax.bar(xs, ys, width, label=m)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(tasks))], tasks, rotation=15)
+    ax.set_ylabel("main score × 100")
+    ax.set_title("Score per task")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def box_plot(scores: dict[str, list[TaskScore]], path: Path) -> Path | None:
+    """Per-query NDCG@10 distributions, one panel per retrieval task (Figure-2 style)."""
+    tasks = list(dict.fromkeys(s.task for ss in scores.values() for s in ss if s.per_query))
+    if not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(max(5, 3 * len(tasks) + 1), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        data, labels = [], []
+        for model, ss in scores.items():
+            for s in ss:
+                if s.task == task and s.per_query:
+                    data.append(list(s.per_query.values()))
+                    labels.append(model)
+        ax.boxplot(data, showmeans=True)
+        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=20, fontsize=8)
+        ax.set_title(f"{task}: per-query NDCG@10", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(scores: dict[str, list[TaskScore]], out_dir: Path, metadata: dict,
+                 notes: Sequence[str] = ()) -> dict[str, Path]:
+    """``report.md``, ``report.html`` (images embedded), ``scores.png``, ``ndcg_boxplot.png``
+    and ``results.json`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = {s.task: s.metric for ss in scores.values() for s in ss}
+    table = markdown_table(scores, metrics)
+    bars = bar_chart(scores, out_dir / "scores.png")
+    box = box_plot(scores, out_dir / "ndcg_boxplot.png")
+    meta_lines = [f"- **{k}**: `{v}`" for k, v in metadata.items()]
+    md = "\n".join(["# MOSAIC evaluation report", "", table, "", *(f"> {n}" for n in notes), "",
+                    "![scores](scores.png)", "", *([f"![per-query NDCG@10]({box.name})", ""] if box else []),
+                    "## Run metadata", *meta_lines, ""])
+    (out_dir / "report.md").write_text(md)
+    (out_dir / "report.html").write_text(_html(table, [bars, box], metadata, notes))
+    (out_dir / "results.json").write_text(json.dumps(
+        {"metadata": metadata, "scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()}}, indent=1))
+    return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", "bars": bars,
+            **({"boxplot": box} if box else {})}
+
+
+def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Sequence[str]) -> str:
+    rows = [r.strip("|").split("|") for r in table_md.splitlines()]
+    head, body = rows[0], rows[2:]
+
+    def cell(tag: str, text: str) -> str:
+        text = text.strip()
+        bold = text.startswith("**")
+        inner = html.escape(text.strip("*"))
+        return f"<{tag}{' class=best' if bold else ''}>{inner}</{tag}>"
+
+    table = ("<table><tr>" + "".join(cell("th", c) for c in head) + "</tr>"
+             + "".join("<tr>" + "".join(cell("td", c) for c in r) + "</tr>" for r in body) + "</table>")
+    imgs = "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                   for p in images if p is not None)
+    meta = "".join(f"<tr><th>{html.escape(str(k))}</th><td><code>{html.escape(str(v))}</code></td></tr>"
+                   for k, v in metadata.items())
+    note = "".join(f"<p class=note>{html.escape(n)}</p>" for n in notes)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>MOSAIC evaluation report</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}
+table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}th:first-child,td:first-child{{text-align:left}}
+.best{{font-weight:bold;background:#e6f4ea}}img{{max-width:100%;margin:1em 0;display:block}}.note{{color:#555}}
+code{{font-size:90%}}</style></head><body><h1>MOSAIC evaluation report</h1>{table}{note}{imgs}
+<h2>Run metadata</h2><table>{meta}</table></body></html>"""

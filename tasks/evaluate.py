@@ -1,0 +1,77 @@
+"""Prefect tasks of evaluation: load a task's data (local files or mteb's hub data), score one
+(model, task), cached on (model checksum, task data checksum, code version)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from pathlib import Path
+
+from prefect import task
+from prefect.context import TaskRunContext
+
+from mosaic_core import evaluation
+from mosaic_core.config import EvalTaskSpec
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.models import resolve_model
+from mosaic_core.train import split_heldout
+from mosaic_core.versioning import code_version
+from storage.benchmarks import read_beir, read_sts
+from storage.pairs_io import corpus_fingerprint, read_pairs
+from tasks.keys import cache_key
+
+log = logging.getLogger(__name__)
+CODE_VERSION = code_version(evaluation)
+
+
+def task_checksum(spec: EvalTaskSpec) -> str:
+    """What a task's scores depend on besides the model: its data and definition."""
+    if spec.kind == "mteb":
+        import mteb
+
+        data = f"mteb-{mteb.__version__}"
+    else:
+        path = Path(spec.path).expanduser()
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() and spec.kind == "beir" else []
+        data = (hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16] if files
+                else corpus_fingerprint(str(path)))
+    return cache_key("evaltask", data, spec.config_hash())
+
+
+def load_task(spec: EvalTaskSpec):
+    """The mteb task object of ``spec`` with its data in memory; raises TaskUnavailable/BenchmarkError."""
+    if spec.kind == "mteb":
+        return evaluation.hub_task(spec.name)
+    if spec.kind == "beir":
+        data = read_beir(Path(spec.path).expanduser(), spec.split)
+        if any(data.skipped.values()):
+            log.warning("%s: skipped %s", spec.name, data.skipped)
+        return evaluation.retrieval_task(spec.name, data.corpus, data.queries, data.qrels, data.description)
+    if spec.kind == "sts":
+        data = read_sts(Path(spec.path).expanduser())
+        if data.skipped:
+            log.warning("%s: skipped %d unusable rows", spec.name, data.skipped)
+        return evaluation.sts_task(spec.name, data.rows, data.min_score, data.max_score, f"STS file {spec.path}")
+    pairs, _ = read_pairs(spec.path, spec.query_column, spec.document_column)
+    train, heldout = split_heldout(pairs, spec.heldout_pairs)
+    if not heldout:
+        raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({len(pairs)}) to hold any out")
+    corpus, queries, qrels = evaluation.heldout_retrieval_data(train, heldout, spec.pool)
+    return evaluation.retrieval_task(spec.name, corpus, queries, qrels,
+                                     f"held-out pairs of {spec.path}: {len(queries)} queries, {len(corpus)} documents")
+
+
+def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
+    return cache_key("eval", model_fingerprint(resolve_model(parameters["model_path"])),
+                     task_checksum(parameters["spec"]), CODE_VERSION, str(parameters["batch_size"]))
+
+
+@task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
+      persist_result=True, retries=0)
+def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64) -> dict:
+    """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10)."""
+    score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size)
+    score.task = spec.name
+    log.info("%s on %s: %s = %.4f", model_name, spec.name, score.metric, score.value)
+    return dataclasses.asdict(score)

@@ -1,0 +1,54 @@
+import json
+
+import pytest
+from builders import tiny_bert
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.evaluate import EvaluationInputError, eval_flow
+from mosaic_core.config import EvalConfig, EvalTaskSpec
+from storage.catalog import Catalog
+from storage.layout import DataLayout
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+PAIRS = [{"query": f"cells {i} of the patient", "document": f"the patient {i} was q with cells and a cell {i % 3}"}
+         for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"a": str(tiny_bert(root / "a")), "b": str(tiny_bert(root / "b", hidden=48))}
+
+
+def test_eval_flow_reports_records_history_and_caches(models, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    sts = tmp_path / "sts.csv"
+    sts.write_text("sentence1,sentence2,score\nthe patient,a patient,5\ncells,the q,1\na cell,cells,4\nq,with,0\n")
+    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="heldout", name="heldout", path=str(pairs), heldout_pairs=8, pool=20),
+                            EvalTaskSpec(kind="sts", name="toy-sts", path=str(sts))))
+    root = tmp_path / "root"
+    out = eval_flow(models, cfg, str(tmp_path / "report"), str(root))
+    assert [s["task"] for s in out["scores"]["a"]] == ["heldout", "toy-sts"]
+    heldout = out["scores"]["b"][0]
+    assert heldout["n"] == 8 and len(heldout["per_query"]) == 8
+    assert (tmp_path / "report" / "report.html").exists() and (tmp_path / "report" / "ndcg_boxplot.png").exists()
+    again = eval_flow(models, cfg, str(tmp_path / "report2"), str(root))
+    assert again["scores"] == out["scores"]  # cached per (model, task)
+    with Catalog(DataLayout(root)) as cat:
+        cat.refresh()
+        rows = cat.rows("SELECT count(DISTINCT run_id), count(*) FROM eval_history")
+    assert rows == [(2, 8)]
+    result = CliRunner().invoke(app, ["history", "-d", str(root), "--task", "toy-sts"])
+    assert result.exit_code == 0 and "toy-sts" in result.output and "heldout" not in result.output
+
+
+def test_unavailable_task_stops_before_scoring_or_is_reported(models, tmp_path):
+    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name="missing", path=str(tmp_path / "nope")),))
+    with pytest.raises(EvaluationInputError, match="qrels"):
+        eval_flow(models, cfg, str(tmp_path / "r"))
+    result = CliRunner().invoke(app, ["eval", "--model", models["a"], "--out", str(tmp_path / "r"),
+                                      "--beir", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "unavailable evaluation tasks" in result.output
