@@ -16,7 +16,6 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import mosaic_core  # noqa: E402
 from mosaic_core.config import (  # noqa: E402
     NCBI_PUBMED_URL,
     FilterConfig,
@@ -45,7 +44,6 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
-DEMO_SOURCE = Path(mosaic_core.__file__).resolve().parent / "demo_data"  # shipped as package data
 
 
 def _task_runner(workers: int, dask_address: Optional[str]):
@@ -464,25 +462,44 @@ def history(
 
 
 @app.command()
-def run(data_root: DataRoot = Path("mosaic-demo")) -> None:
-    """Run the pipeline on the built-in demo (bundled PubMed XML, offline model, CPU).
+def run(
+    data_root: DataRoot = Path("mosaic-demo"),
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="Pipeline YAML (sections base_model, ingest, filter, vocab, train, eval_tasks, "
+        "eval_pool; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
+) -> None:
+    """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation report.
 
-    Stages implemented so far: ingest; consistency filter (k=2) with the offline
-    all-MiniLM-L6-v2; stage 1 (vocabulary expansion of the same model) into
-    DATA_ROOT/models/stage1.
+    With no --config it runs the built-in demo: the bundled PubMed sample and the offline
+    all-MiniLM-L6-v2 on CPU (a few minutes), ending with an adapted model and a report under
+    DATA_ROOT. Rerunning takes completed steps from cache and resumes a failed training stage.
     """
-    from flows.filter import filter_flow
-    from flows.vocab import vocab_flow
+    import yaml
+    from pydantic import ValidationError
 
+    from flows.ingest import IngestFailed
+    from flows.pipeline import mosaic_pipeline
+    from mosaic_core.config import PipelineConfig, demo_pipeline
+
+    try:
+        cfg = PipelineConfig.load(yaml.safe_load(config.read_text()) or {}) if config else demo_pipeline()
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
+        raise typer.Exit(2) from exc
     root = data_root.expanduser().resolve()
-    _run_ingest(IngestConfig(source=str(DEMO_SOURCE)), root)
-    manifests = filter_flow(str(root), FilterConfig(model=OFFLINE_MODEL), str(root))
-    kept, total = sum(m.kept for m in manifests), sum(m.rows_out for m in manifests)
-    Console().print(f"consistency filter (k=2): kept {kept} of {total} pairs")
-    out = root / "models" / "stage1"
-    vocab_flow(str(root), VocabConfig(base_model=OFFLINE_MODEL), str(out))
-    Console().print((out / "vocab_report.md").read_text())
-    Console().print(f"[green]adapted model (stage 1):[/green] {out}")
+    try:
+        result = mosaic_pipeline(cfg, str(root))
+    except IngestFailed as exc:
+        _print_stats(root)
+        console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
+        raise typer.Exit(1) from exc
+    out = Console()
+    out.print(f"consistency filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
+              f"stage 1 added {result['vocab']['tokens_added']} tokens")
+    _print_stages(result["stages"])
+    out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])
+    out.print(f"[green]adapted model:[/green] {result['final_model']}")
+    out.print(f"[green]report:[/green] {result['report']['html']}")
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
             problems.append(str(exc))
     if problems and not cfg.skip_unavailable:
         raise EvaluationInputError("unavailable evaluation tasks:\n- " + "\n- ".join(problems))
-    futures = {(m, s.name): evaluate_task.submit(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size)
-               for m, p in models.items() for s in specs}
-    scores = {m: [TaskScore(**futures[(m, s.name)].result()) for s in specs] for m in models}
+    # One (model, task) at a time: models are large, and transformers' from_pretrained toggles a
+    # process-wide "skip weight init" flag that concurrent loads in threads can leave switched off.
+    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size))
+                  for s in specs] for m, p in models.items()}
     fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
                 **{f"task {s.name}": f"{s.kind} {s.path or ''} ({task_checksum(s)})" for s in specs},

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
+DEMO_SOURCE = Path(__file__).resolve().parent / "demo_data"
+"""The bundled, hand-written PubMed-format sample (package data)."""
 
 
 class _Frozen(BaseModel):
@@ -215,3 +218,53 @@ class EvalConfig(_Frozen):
     tasks: tuple[EvalTaskSpec, ...] = Field(..., min_length=1)
     batch_size: int = Field(64, gt=0)
     skip_unavailable: bool = Field(False, description="Report unavailable tasks and go on instead of failing.")
+
+
+class PipelineConfig(_Frozen):
+    """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
+    (every section, every cross-field rule) before any work starts."""
+
+    base_model: str = Field("thenlper/gte-base", description="Model to adapt (stage 1 expands it).")
+    ingest: IngestConfig = IngestConfig()
+    filter: FilterConfig = FilterConfig()
+    vocab: VocabConfig = VocabConfig()
+    train: TrainConfig = TrainConfig()
+    eval_tasks: tuple[EvalTaskSpec, ...] = Field(
+        (), description="Extra evaluation tasks; the held-out retrieval task of the run is always added."
+    )
+    eval_pool: int = Field(10_000, gt=0, description="Distractor documents of the held-out task.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipelineConfig:
+        if self.vocab.base_model != self.base_model:
+            raise ValueError(f"vocab.base_model ({self.vocab.base_model}) must equal base_model ({self.base_model}); "
+                             "set base_model only")
+        return self
+
+    @classmethod
+    def load(cls, data: dict) -> PipelineConfig:
+        """From a parsed YAML mapping: ``base_model`` also fills ``vocab.base_model`` and, unless given,
+        ``filter.model`` stays its own (the paper filters with gte-base whatever the base is)."""
+        data = dict(data)
+        if "base_model" in data:
+            data["vocab"] = {**data.get("vocab", {}), "base_model": data["base_model"]}
+        return cls.model_validate(data)
+
+
+def demo_pipeline() -> PipelineConfig:
+    """The built-in demo: bundled PubMed XML, the offline MiniLM as base and filter model, a
+    short MLM warm-up → joint → contrastive run that finishes in minutes on a CPU."""
+    from mosaic_core.models import OFFLINE_MODEL
+
+    short = {"batch_size": 8, "chunk_size": 8, "checkpoint_every": 10, "log_every": 5}
+    stages = (StageConfig(name="mlm", kind="mlm", lr=5e-4, max_steps=30, **short),
+              StageConfig(name="joint", kind="joint", lr=2e-5, max_steps=12, **short),
+              StageConfig(name="contrastive", kind="contrastive", lr=2e-5, max_steps=12, **short))
+    return PipelineConfig.load({
+        "base_model": OFFLINE_MODEL,
+        "ingest": {"source": str(DEMO_SOURCE)},
+        "filter": {"model": OFFLINE_MODEL},
+        "vocab": {"vocab_size": 2000},
+        "train": {"stages": [s.model_dump() for s in stages], "heldout_pairs": 5},
+        "eval_pool": 1000,
+    })

@@ -19,6 +19,7 @@ supersedes the baseline record in file 0001, and a later duplicate in the same f
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,6 +63,9 @@ _MANIFEST_COLUMNS = {
 }
 
 
+_LOCK = threading.RLock()
+
+
 def _literal(value: str) -> str:
     """A SQL string literal. Only for paths derived from DataLayout: DuckDB takes no
     parameters in DDL, and views must name their files."""
@@ -74,10 +78,19 @@ class Catalog:
     def __init__(self, layout: DataLayout, read_only: bool = False):
         self.layout = layout
         layout.root.mkdir(parents=True, exist_ok=True)
-        self.con = duckdb.connect(str(layout.catalog_path), read_only=read_only)
+        # Tasks of one flow run in threads; DuckDB rejects concurrent view DDL on one file.
+        _LOCK.acquire()
+        try:
+            self.con = duckdb.connect(str(layout.catalog_path), read_only=read_only)
+        except BaseException:
+            _LOCK.release()
+            raise
 
     def close(self) -> None:
-        self.con.close()
+        try:
+            self.con.close()
+        finally:
+            _LOCK.release()
 
     def __enter__(self) -> Catalog:
         return self

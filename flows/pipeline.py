@@ -1,0 +1,47 @@
+"""``mosaic_pipeline``: the parent flow — ingest → filter → vocab → train stages → evaluation.
+
+Each step is a subflow whose tasks cache their persisted results (keyed as the stage flows
+describe), so a rerun of the same configuration redoes only what changed or failed, and a
+failed training stage resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from flows.evaluate import eval_flow
+from flows.filter import filter_flow
+from flows.ingest import ingest_flow
+from flows.train import train_flow
+from flows.vocab import vocab_flow
+from mosaic_core.config import EvalConfig, EvalTaskSpec, PipelineConfig
+
+
+@flow(name="mosaic_pipeline")
+def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
+    """Run the whole pipeline under ``data_root``; models go to ``data_root/models``, the
+    evaluation report to ``data_root/report``."""
+    root = Path(data_root)
+    ingest_flow(cfg.ingest, data_root)
+    filtered = filter_flow(data_root, cfg.filter, data_root)
+    stage1 = str(root / "models" / "stage1")
+    vocab = vocab_flow(data_root, cfg.vocab, stage1)
+    stages = train_flow(stage1, data_root, cfg.train, str(root / "models"))
+    heldout = EvalTaskSpec(kind="heldout", name="heldout", path=data_root, heldout_pairs=cfg.train.heldout_pairs,
+                           pool=cfg.eval_pool, query_column=cfg.train.query_column,
+                           document_column=cfg.train.document_column)
+    models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages}}
+    report = eval_flow(models, EvalConfig(tasks=(heldout, *cfg.eval_tasks)), str(root / "report"), data_root)
+    kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
+    create_markdown_artifact(
+        key="pipeline-summary",
+        markdown=(f"**{kept:,} of {total:,} pairs** kept by the filter; **{vocab['tokens_added']:,} tokens** added; "
+                  f"stages {', '.join(s['stage'] for s in stages)}; final model `{stages[-1]['out_dir']}`; "
+                  f"report `{report['report']['html']}`"),
+        description="MOSAIC pipeline run",
+    )
+    return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report["report"],
+            "final_model": stages[-1]["out_dir"]}
