@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections import Counter
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -43,9 +44,19 @@ class EncodedPartition:
     bad: dict[str, int]
 
 
-@lru_cache(maxsize=1)
+_LOAD_LOCK = threading.Lock()
+
+
 def _encoder(model: str, precision: str) -> encode.Encoder:
-    """One loaded model per worker process, reused by every partition it encodes."""
+    """One loaded model per worker process, reused by every partition it encodes. Loads are
+    serialised: transformers' from_pretrained patches torch.nn.init process-wide while it
+    loads, and two loads in threads can leave it patched."""
+    with _LOAD_LOCK:
+        return _load_encoder(model, precision)
+
+
+@lru_cache(maxsize=1)
+def _load_encoder(model: str, precision: str) -> encode.Encoder:
     return encode.Encoder.load(model, normalize=True, precision=precision)  # cosine scores
 
 
