@@ -41,12 +41,12 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
     scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size))
                   for s in specs] for m, p in models.items()}
     fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
+    checksums = {s.name: task_checksum(s) for s in specs}
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
-                **{f"task {s.name}": f"{s.kind} {s.path or ''} ({task_checksum(s)})" for s in specs},
+                **{f"task {s.name}": f"{s.kind} {s.path or ''} ({checksums[s.name]})" for s in specs},
                 "eval config": cfg.config_hash()}
     paths = write_report(scores, Path(out_dir), metadata, [f"not evaluated: {p}" for p in problems])
     if data_root:
-        checksums = {s.name: task_checksum(s) for s in specs}
         record_evaluation(DataLayout(data_root), uuid.uuid4().hex[:12], [
             {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
              "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}

@@ -58,6 +58,8 @@ def retrieval_task(name: str, corpus: list[dict], queries: dict[str, str], qrels
         metadata = _metadata(name, "Retrieval", "ndcg_at_10", description)
 
         def load_data(self, **kwargs) -> None:
+            if self.data_loaded:
+                return
             self.dataset = {"default": {"test": {
                 "corpus": Dataset.from_list(corpus),
                 "queries": Dataset.from_list([{"id": q, "text": t} for q, t in queries.items()]),
@@ -76,6 +78,8 @@ def sts_task(name: str, rows: list[dict], min_score: float, max_score: float, de
         metadata = _metadata(name, "STS", "cosine_spearman", description)
 
         def load_data(self, **kwargs) -> None:
+            if self.data_loaded:
+                return
             self.dataset = {"default": {"test": Dataset.from_list(rows)}}
             self.data_loaded = True
 

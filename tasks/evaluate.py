@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from functools import lru_cache
 from pathlib import Path
 
 from prefect import task
@@ -40,7 +41,16 @@ def task_checksum(spec: EvalTaskSpec) -> str:
 
 
 def load_task(spec: EvalTaskSpec):
-    """The mteb task object of ``spec`` with its data in memory; raises TaskUnavailable/BenchmarkError."""
+    """The mteb task object of ``spec`` with its data in memory; raises TaskUnavailable/BenchmarkError.
+
+    Loaded once per process and data checksum: the flow's up-front check and every model's
+    evaluation share one load (a held-out task reads the whole pairs source), and a changed
+    file is read again."""
+    return _load_task(spec, task_checksum(spec))
+
+
+@lru_cache(maxsize=16)
+def _load_task(spec: EvalTaskSpec, checksum: str):
     if spec.kind == "mteb":
         return evaluation.hub_task(spec.name)
     if spec.kind == "beir":
