@@ -337,7 +337,7 @@ def train_stage(
             log.info("stage %s step %d/%d: loss %.4f (mlm %.4f, contrastive %.4f), grad-norm %.3f, lr %.2e",
                      stage.name, step, total, losses["total"], losses["mlm"], losses["contrastive"], grad_norm,
                      last["lr"])
-        if eval_fn is not None and (step == total or (stage.eval_every and step % stage.eval_every == 0)):
+        if eval_fn is not None and rank == 0 and (step == total or (stage.eval_every and step % stage.eval_every == 0)):
             metrics = {"step": step, **eval_fn(model)}
             evals.append(metrics)
             record = {**(record or {"step": step, **last}), "eval": metrics}
