@@ -357,14 +357,14 @@ def train(
 
 
 def _print_stages(results: list[dict]) -> None:
+    from flows.train import stage_rows
+
+    rows = stage_rows(results)
     table = Table(title="Training stages")
-    for col in ("stage", "steps", "pairs", "loss", "mlm", "contrastive", "held-out R@1", "held-out MRR", "model"):
-        table.add_column(col)
-    for r in results:
-        ev = r["evals"][-1] if r["evals"] else {}
-        table.add_row(r["stage"], str(r["steps"]), str(r["pairs"]), f"{r['final'].get('total', 0):.4f}",
-                      f"{r['final'].get('mlm', 0):.4f}", f"{r['final'].get('contrastive', 0):.4f}",
-                      f"{ev.get('recall@1', float('nan')):.3f}", f"{ev.get('mrr', float('nan')):.3f}", r["out_dir"])
+    for col in rows[0] if rows else ():
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*("–" if v is None else str(v) for v in row.values()))
     Console().print(table)
 
 

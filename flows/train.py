@@ -15,6 +15,17 @@ def stage_dir(out_root: str, index: int, name: str) -> str:
     return str(Path(out_root) / f"{index + 1}-{name}")
 
 
+def stage_rows(results: list[dict]) -> list[dict]:
+    """One summary row per stage result: losses, last held-out retrieval, time, resume point."""
+    return [{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
+             "loss": round(r["final"].get("total", 0.0), 4),
+             **{k: round(r["final"].get(k, 0.0), 4) for k in ("mlm", "contrastive")},
+             **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
+                if k not in ("step", "n")},
+             "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"], "model": r["out_dir"]}
+            for r in results]
+
+
 @flow(name="train")
 def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                processes: int | None = None) -> list[dict]:
@@ -27,14 +38,6 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
         results.append(train_stage_for(out)(model, pairs_source, stage, cfg, out,
                                             processes or default_processes()))
         model = out
-    create_table_artifact(
-        key="training-stages",
-        table=[{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
-                "loss": round(r["final"].get("total", 0), 4),
-                "mlm": round(r["final"].get("mlm", 0), 4), "contrastive": round(r["final"].get("contrastive", 0), 4),
-                **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
-                   if k not in ("step", "n")},
-                "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"]} for r in results],
-        description="Training stages: final losses and held-out retrieval",
-    )
+    create_table_artifact(key="training-stages", table=stage_rows(results),
+                          description="Training stages: final losses and held-out retrieval")
     return results
