@@ -277,16 +277,23 @@ def vocab(
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
+    reduce_to_corpus: Annotated[
+        Optional[str], typer.Option(help="First keep only the base vocabulary rows this corpus (pairs file or "
+                                    "data root) uses, plus specials and single characters (seed 004).")
+    ] = None,
 ) -> None:
     """Stage 1: train a domain tokenizer and add its new tokens to the base model.
 
-    Writes a model that SentenceTransformer/AutoModel load directly, domain_token_ids.json (V_D)
-    and vocab_report.{json,md} (tokens added, fertility before/after).
+    The domain tokenizer is of the base's kind (WordPiece for BERT, byte-level BPE for
+    RoBERTa/GPT-2, Unigram for XLM-R); its new tokens go into the base tokenizer's model, so
+    they are used mid-word too. Writes a model that SentenceTransformer/AutoModel load
+    directly, domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added,
+    fertility before/after, the reduction's saving).
     """
     from flows.vocab import vocab_flow
 
     cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
-                      text_columns=tuple(columns or ("query", "document")))
+                      text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
     report = vocab_flow(corpus, cfg, str(out.expanduser().resolve()))
     Console().print((out / "vocab_report.md").read_text() if (out / "vocab_report.md").exists() else report)
 
@@ -397,7 +404,15 @@ def eval_models(
     heldout: Annotated[Optional[str], typer.Option(
         help="Pairs source (data root or pairs file) of the training run: its held-out queries retrieved "
         "over held-out documents plus a pool of training documents.")] = None,
+    verses: Annotated[Optional[str], typer.Option(
+        help="Islamic verse pairs (data root or pairs file of `mosaic pairs islamic`) of the training run: its "
+        "held-out Tafsir links as verse-to-verse retrieval over every verse of --quran.")] = None,
+    quran: Annotated[Optional[Path], typer.Option(
+        help="With --verses: the Sahih International translation, 'sura|aya|text' lines.")] = None,
     heldout_pairs: Annotated[int, typer.Option(help="Held-out pairs (as in `mosaic train`).")] = 256,
+    query_column: Annotated[str, typer.Option(help="Query column of a --heldout/--verses pairs file.")] = "query",
+    document_column: Annotated[str, typer.Option(help="Document column of a --heldout/--verses pairs file.")
+                               ] = "document",
     pool: Annotated[int, typer.Option(help="Distractor documents in the held-out task.")] = 10_000,
     data_root: Annotated[Optional[Path], typer.Option(
         "--data-root", "-d", envvar="MOSAIC_DATA_ROOT",
@@ -416,9 +431,15 @@ def eval_models(
     specs += [EvalTaskSpec(kind="sts", name=p.stem, path=str(p)) for p in sts or []]
     if heldout:
         specs.append(EvalTaskSpec(kind="heldout", name="heldout", path=heldout, heldout_pairs=heldout_pairs,
-                                  pool=pool))
+                                  pool=pool, query_column=query_column, document_column=document_column))
+    if verses:
+        if not quran:
+            raise typer.BadParameter("--verses needs --quran (the verse collection)")
+        specs.append(EvalTaskSpec(kind="verses", name="verses", path=verses, collection=str(quran),
+                                  heldout_pairs=heldout_pairs, query_column=query_column,
+                                  document_column=document_column))
     if not specs:
-        raise typer.BadParameter("no task: give --task, --beir, --sts or --heldout")
+        raise typer.BadParameter("no task: give --task, --beir, --sts, --heldout or --verses")
     cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable)
     try:
         result = eval_flow(parse_models(model), cfg, str(out.expanduser().resolve()),
@@ -428,6 +449,81 @@ def eval_models(
         raise typer.Exit(2) from exc
     Console().print(Path(result["report"]["markdown"]).read_text().split("![")[0])
     Console().print(f"[green]report:[/green] {result['report']['html']}")
+
+
+@app.command()
+def diagnose(
+    term: Annotated[str, typer.Argument(help="The word or phrase to inspect, e.g. cardiomyopathy.")],
+    model: Annotated[str, typer.Option(help="Model to inspect: a stage output (its trained MLM head is used), "
+                                       "any local model or hub id.")],
+    base_model: Annotated[Optional[str], typer.Option(
+        help="Base model whose tokenizer split is shown beside the adapted one.")] = None,
+    corpus: Annotated[Optional[str], typer.Option(
+        help="Pairs file or data root: sentences containing TERM are masked and scored.")] = None,
+    text: Annotated[Optional[list[str]], typer.Option(help="A sentence containing TERM (repeatable).")] = None,
+    columns: Annotated[Optional[list[str]], typer.Option(help="Text columns of a --corpus pairs file.")] = None,
+    max_sentences: Annotated[int, typer.Option(help="Sentences scored at most.")] = 20,
+    neighbours: Annotated[int, typer.Option(help="Nearest embedding rows shown.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the diagnosis as JSON.")] = False,
+) -> None:
+    """Has the model acquired TERM? Tokenizer splits, MLM logit and rank where it occurs, neighbours.
+
+    Each piece of TERM is masked in turn in sentences that contain it and ranked against the
+    whole vocabulary by the model's MLM head (rank 1 = its top prediction); the nearest
+    neighbours are by cosine over the input embedding matrix (seed 003's diagnostic).
+    """
+    from mosaic_core.diagnose import diagnose_term, term_sentences
+    from storage.pairs_io import corpus_texts
+
+    texts = list(text or [])
+    if corpus:
+        texts += corpus_texts(corpus, tuple(columns or ("query", "document")))
+    sentences = term_sentences(texts, term, max_sentences)
+    if (text or corpus) and not sentences:
+        console.print(f"[yellow]{term!r} occurs in none of the given texts: no MLM scores[/yellow]")
+    result = diagnose_term(model, term, sentences, base_model, neighbours)
+    print(result.to_json() if as_json else result.to_text())
+
+
+@app.command()
+def probe(
+    model: Annotated[list[str], typer.Option(help="Model to probe: NAME=PATH or PATH; repeat to compare "
+                                             "(e.g. base and adapted).")],
+    out: Annotated[Path, typer.Option(help="Folder for the probe data, its adaptation corpus and the report.")],
+    word: Annotated[str, typer.Option(help="The invented word (letters only).")] = "quorvane",
+) -> None:
+    """Invented-term probe: are documents naming a made-up word retrieved by queries that only
+    describe its meaning?
+
+    Writes OUT/adaptation_pairs.jsonl (definition-style pairs that teach the word: adapt a
+    model on them with `mosaic vocab` and `mosaic train`), OUT/probe (a BEIR folder: documents
+    that use the word without defining it, distractors, concept-only documents; queries that
+    never name it) and scores every model on it (OUT/report).
+    """
+    from flows.evaluate import eval_flow
+    from mosaic_core.config import EvalConfig, EvalTaskSpec
+    from mosaic_core.probe import make_probe
+    from storage.benchmarks import write_beir
+    from storage.pairs_io import write_jsonl
+
+    try:
+        data = make_probe(word)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    out = out.expanduser().resolve()
+    write_jsonl(out / "adaptation_pairs.jsonl", data.train_pairs)
+    folder = write_beir(out / "probe", data.corpus, data.queries, data.qrels)
+    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name=f"invented-{data.word}", path=str(folder)),))
+    result = eval_flow(parse_models(model), cfg, str(out / "report"))
+    table = Table(title=f"documents naming {data.word!r}, queries that only describe it")
+    for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
+        table.add_column(col)
+    for name, (score,) in result["scores"].items():
+        s = score["scores"]
+        table.add_row(name, f"{score['value']:.3f}", f"{s.get('recall_at_5', float('nan')):.3f}",
+                      f"{s.get('mrr_at_10', float('nan')):.3f}")
+    Console().print(table)
+    Console().print(f"adaptation corpus: {out / 'adaptation_pairs.jsonl'}; report: {result['report']['html']}")
 
 
 @app.command()

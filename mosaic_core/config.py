@@ -78,6 +78,10 @@ class VocabConfig(_Frozen):
     text_columns: tuple[str, ...] = Field(
         ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
     )
+    reduce_to_corpus: str | None = Field(
+        None, description="Before expanding, keep only the base vocabulary rows this corpus (a pairs file or "
+        "data root) uses, plus specials and single characters (seed 004's language reduction).",
+    )
 
 
 class FilterConfig(_Frozen):
@@ -198,9 +202,12 @@ class TrainConfig(_Frozen):
 class EvalTaskSpec(_Frozen):
     """One evaluation task: an mteb task by name, or local files wrapped as an mteb task."""
 
-    kind: Literal["mteb", "beir", "sts", "heldout"]
+    kind: Literal["mteb", "beir", "sts", "heldout", "verses"]
     name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task.")
-    path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout).")
+    path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout, verses).")
+    collection: str | None = Field(
+        None, description="verses: the Qur'an translation ('sura|aya|text' lines) whose verses are the corpus."
+    )
     split: str | None = Field(None, description="BEIR qrels split (default: test, or the only one).")
     pool: int = Field(10_000, gt=0, description="heldout: distractor documents from the training pairs.")
     heldout_pairs: int = Field(256, gt=0, description="heldout: pairs held out (must match training).")
@@ -211,6 +218,8 @@ class EvalTaskSpec(_Frozen):
     def _path_for_local(self) -> EvalTaskSpec:
         if self.kind != "mteb" and not self.path:
             raise ValueError(f"a {self.kind} task needs a path")
+        if self.kind == "verses" and not self.collection:
+            raise ValueError("a verses task needs a collection (the 'sura|aya|text' translation file)")
         return self
 
 

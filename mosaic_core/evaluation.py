@@ -48,9 +48,10 @@ def _metadata(name: str, kind: str, main_score: str, description: str):
 
 
 def retrieval_task(name: str, corpus: list[dict], queries: dict[str, str], qrels: dict[str, dict[str, int]],
-                   description: str = "local retrieval task"):
+                   description: str = "local retrieval task", ignore_identical_ids: bool = False):
     """An mteb retrieval task over in-memory data: ``corpus`` [{id, title, text}],
-    ``queries`` {id: text}, ``qrels`` {query id: {doc id: grade}}."""
+    ``queries`` {id: text}, ``qrels`` {query id: {doc id: grade}}. ``ignore_identical_ids``
+    drops a document from a query's ranking when their ids are equal (the query itself)."""
     from datasets import Dataset
     from mteb.abstasks.retrieval import AbsTaskRetrieval
 
@@ -66,7 +67,9 @@ def retrieval_task(name: str, corpus: list[dict], queries: dict[str, str], qrels
                 "relevant_docs": qrels, "top_ranked": None}}}
             self.data_loaded = True
 
-    return LocalRetrieval()
+    task = LocalRetrieval()
+    task.ignore_identical_ids = ignore_identical_ids
+    return task
 
 
 def sts_task(name: str, rows: list[dict], min_score: float, max_score: float, description: str = "local STS task"):
@@ -126,11 +129,41 @@ def heldout_retrieval_data(train: list[Pair], heldout: list[Pair], pool: int = 1
     return corpus, queries, qrels
 
 
-def per_query_ndcg10(predictions: Path, qrels: dict[str, dict[str, int]]) -> dict[str, float]:
-    """NDCG@10 of each query from an mteb predictions file, scored by pytrec_eval as mteb does."""
+def verse_retrieval_data(heldout: list[Pair], verses: dict[tuple[int, int], str],
+                         ) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]], int]:
+    """Verse-to-verse retrieval from Tafsir cross-references kept out of training: each
+    held-out commented verse is a query, its held-out cited verses are relevant, and the corpus
+    is every verse of the translation (verses of identical text are one document, named after
+    the first). A query's own verse is a document too; it shares the query's id so that mteb's
+    ``ignore_identical_ids`` leaves it out of that query's ranking.
+
+    Returns (corpus, queries, qrels, held-out links whose cited text is not a verse)."""
+    doc_of: dict[str, str] = {}
+    for (sura, aya), text in verses.items():
+        doc_of.setdefault(text, f"{sura}:{aya}")
+    corpus = [{"id": i, "title": "", "text": t} for t, i in doc_of.items()]
+    queries, qrels, missing = {}, {}, 0
+    for query, cited in heldout:
+        if cited not in doc_of:
+            missing += 1
+            continue
+        qid = doc_of.get(query) or f"q:{hashlib.blake2b(query.encode(), digest_size=6).hexdigest()}"
+        queries[qid] = query
+        if doc_of[cited] != qid:
+            qrels.setdefault(qid, {})[doc_of[cited]] = 1
+    queries = {q: t for q, t in queries.items() if q in qrels}
+    return corpus, queries, qrels, missing
+
+
+def per_query_ndcg10(predictions: Path, qrels: dict[str, dict[str, int]],
+                     ignore_identical_ids: bool = False) -> dict[str, float]:
+    """NDCG@10 of each query from an mteb predictions file, scored by pytrec_eval as mteb does
+    (mteb saves a query's own document in the predictions and drops it only when scoring)."""
     import pytrec_eval
 
     runs = json.loads(predictions.read_text())["default"]["test"]
+    if ignore_identical_ids:
+        runs = {q: {d: s for d, s in docs.items() if d != q} for q, docs in runs.items()}
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})
     return {q: s["ndcg_cut_10"] for q, s in evaluator.evaluate(runs).items()}
 
@@ -157,7 +190,7 @@ def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64) -> T
     per_query = None
     pred = work_dir / f"{name}_predictions.json"
     if qrels is not None and pred.is_file():
-        per_query = per_query_ndcg10(pred, qrels)
+        per_query = per_query_ndcg10(pred, qrels, task.ignore_identical_ids)
         n = len(per_query)
     numbers = {k: float(v) for k, v in main.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     return TaskScore(name, task.metadata.main_score, float(main["main_score"]), n, numbers, per_query)

@@ -4,34 +4,60 @@
    domain corpus (``train_new_from_iterator`` keeps all three).
 2. New tokens = its tokens missing from the base vocabulary, minus specials and minus any
    token the base tokenizer can only express with its unknown token.
-3. Insert them into the base tokenizer's *model* vocabulary, so the real WordPiece
-   algorithm uses them — a continuation piece ``##xyz`` is matched mid-word, which an
-   "added token" (whole-word match only) never is.
+3. Insert them into the base tokenizer's *model*, so the real algorithm produces them:
+   - WordPiece (BERT family): vocabulary entries; a continuation piece ``##xyz`` is matched
+     mid-word, which an "added token" (whole-word match only) never is.
+   - BPE (RoBERTa/GPT-2 family): vocabulary entries plus merges ranked after every base
+     merge that build each new token from its base pieces (a chain whose intermediate
+     results are new tokens too, never base ones).
+   - Unigram (XLM-R/SentencePiece family): pieces whose score beats the base segmentation
+     they replace (``max(domain score, sum of base piece scores + margin)``).
+   In all three the new tokens only ever *coarsen* the base segmentation: a text whose new
+   tokenization holds no new token is tokenized exactly as before.
 4. Grow the embedding matrix; each new row is the mean of the base rows of the pieces the
    *base* tokenizer splits the token into (``##xyz`` split as it occurs inside a word).
    Old rows stay bit-identical; the encoder is untouched.
 
 The new token ids are the domain vocabulary V_D used by the domain-restricted MLM of stage 2.
-Only WordPiece (BERT-family) tokenizers are supported so far; other kinds fail with a clear
-error instead of producing a silently wrong tokenizer.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
+# Slow-tokenizer files that a rewritten tokenizer.json would contradict; tokenizer.json is
+# what AutoTokenizer and sentence-transformers load.
+STALE_TOKENIZER_FILES = ("vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
+                         "tokenizer.model")
+
 
 class UnsupportedTokenizer(ValueError):
-    """The base tokenizer's model kind cannot be expanded (yet)."""
+    """The base tokenizer's model kind cannot be expanded."""
+
+
+def tokenizer_state(tokenizer: PreTrainedTokenizerBase) -> dict:
+    """The fast tokenizer's full serialised state (``tokenizer.json`` as a dict)."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedTokenizer(f"{type(tokenizer).__name__} has no fast (tokenizers) backend to expand")
+    return json.loads(tokenizer.backend_tokenizer.to_str())
+
+
+def next_free_id(state: dict) -> int:
+    """The first id above every vocabulary entry and added token of a tokenizer state."""
+    vocab = state["model"]["vocab"]
+    ids = range(len(vocab)) if isinstance(vocab, list) else vocab.values()
+    return max([*ids, *(t["id"] for t in state.get("added_tokens", []))]) + 1
 
 
 @dataclass(frozen=True)
@@ -44,13 +70,8 @@ class WordPieceSpec:
     max_chars: int
 
     @classmethod
-    def of(cls, tokenizer: PreTrainedTokenizerBase) -> WordPieceSpec:
-        model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
-        if model["type"] != "WordPiece":
-            raise UnsupportedTokenizer(
-                f"vocabulary expansion supports WordPiece (BERT-family) tokenizers; this one is "
-                f"{model['type']}. Use a BERT-family base model, or leave out the vocab stage."
-            )
+    def from_state(cls, state: dict) -> WordPieceSpec:
+        model = state["model"]
         return cls(model["vocab"], model["continuing_subword_prefix"], model["unk_token"],
                    model["max_input_chars_per_word"])
 
@@ -85,6 +106,136 @@ class WordPieceSpec:
             return self.split(token[len(self.prefix):], continuation=True)
         return self.split(token)
 
+    def insert(self, model: dict, pieces: dict[str, list[str]], first_id: int, domain: dict) -> dict[str, list[str]]:
+        """Add the tokens (keys of ``pieces``) to the serialised WordPiece ``model`` from ``first_id`` on."""
+        for offset, token in enumerate(pieces):
+            model["vocab"][token] = first_id + offset
+        return dict(pieces)
+
+
+@dataclass(frozen=True)
+class BPESpec:
+    """A BPE model (byte-level or not): its vocabulary, merges and unknown token."""
+
+    vocab: dict[str, int]
+    unk_token: str | None
+    model: object = field(compare=False, repr=False)
+
+    @classmethod
+    def from_state(cls, state: dict) -> BPESpec:
+        model = state["model"]
+        if model.get("continuing_subword_prefix"):
+            raise UnsupportedTokenizer("BPE with a continuing-subword prefix cannot be expanded; "
+                                       "byte-level BPE (RoBERTa/GPT-2 family) can")
+        return cls(model["vocab"], model.get("unk_token"), _model_of(state))
+
+    def base_pieces(self, token: str) -> list[str] | None:
+        pieces = [t.value for t in self.model.tokenize(token)]
+        return None if self.unk_token in pieces or "".join(pieces) != token else pieces
+
+    def insert(self, model: dict, pieces: dict[str, list[str]], first_id: int, domain: dict) -> dict[str, list[str]]:
+        """Add the tokens (keys of ``pieces``) and merges that build each of them, ranked
+        after every base merge: base merges run first and yield the base pieces; the new ones
+        only join base pieces into new tokens.
+
+        Token by token (domain order), the merges added so far are replayed on its base
+        pieces; a left (or, failing that, right) chain of merges then joins what remains.
+        Appended merges rank after all earlier ones, so every accepted token is produced
+        whole from its own word, and tokens accepted earlier stay so. A chain is usable only
+        if none of its results is a *base* token (that merge would change texts that use no
+        new token); tokens without one are left out. Intermediate results become new tokens.
+        Returns every new entry, in id order, with its base pieces."""
+        ranks: dict[tuple[str, str], int] = {}
+        entries: dict[str, list[str]] = {}
+        for token, parts in pieces.items():
+            chain = self._chain(self._apply(parts, ranks))
+            if chain is None:
+                log.debug("BPE: no merge chain for %r avoids base tokens; left out", token)
+                continue
+            for a, b in chain:
+                ranks.setdefault((a, b), len(ranks))
+                entries.setdefault(a + b, pieces.get(a + b) or self.base_pieces(a + b))
+        old = model["merges"]
+        as_lists = not old or isinstance(old[0], list)
+        old.extend([list(pair) if as_lists else " ".join(pair) for pair in ranks])
+        for offset, token in enumerate(entries):
+            model["vocab"][token] = first_id + offset
+        return entries
+
+    @staticmethod
+    def _apply(parts: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+        """The BPE merge loop (lowest rank first, leftmost on ties) with the ``ranks`` merges."""
+        parts = list(parts)
+        while len(parts) > 1:
+            found = [(ranks[pair], i) for i, pair in enumerate(zip(parts, parts[1:], strict=False)) if pair in ranks]
+            if not found:
+                break
+            _, i = min(found)
+            parts[i: i + 2] = [parts[i] + parts[i + 1]]
+        return parts
+
+    def _chain(self, parts: list[str]) -> list[tuple[str, str]] | None:
+        """Merges joining ``parts`` into one token, none producing a base token ([] if joined)."""
+        left = [("".join(parts[:i]), parts[i]) for i in range(1, len(parts))]
+        right = [(parts[i], "".join(parts[i + 1:])) for i in range(len(parts) - 2, -1, -1)]
+        for chain in (left, right):
+            if all(a + b not in self.vocab for a, b in chain):
+                return chain
+        return None
+
+
+@dataclass(frozen=True)
+class UnigramSpec:
+    """A Unigram (SentencePiece) model: pieces with log-probability scores."""
+
+    vocab: dict[str, int]
+    scores: list[float]
+    unk_id: int | None
+    model: object = field(compare=False, repr=False)
+
+    MARGIN = 1e-3  # score a new piece needs above the base segmentation it replaces
+
+    @classmethod
+    def from_state(cls, state: dict) -> UnigramSpec:
+        pieces = state["model"]["vocab"]
+        return cls({p: i for i, (p, _) in enumerate(pieces)}, [s for _, s in pieces], state["model"].get("unk_id"),
+                   _model_of(state))
+
+    def base_pieces(self, token: str) -> list[str] | None:
+        found = self.model.tokenize(token)
+        return None if any(t.id == self.unk_id for t in found) else [t.value for t in found]
+
+    def insert(self, model: dict, pieces: dict[str, list[str]], first_id: int, domain: dict) -> dict[str, list[str]]:
+        """Append the tokens (keys of ``pieces``) as pieces scored ``max(domain score, base split score + margin)``:
+        never below the base segmentation they replace, so the Viterbi search picks a new
+        piece at least where its base pieces would have stood."""
+        if first_id != len(model["vocab"]):
+            raise UnsupportedTokenizer(f"Unigram ids are positions: new pieces must start at {len(model['vocab'])}, "
+                                       f"not {first_id} (the embedding matrix has rows beyond the tokenizer)")
+        domain_scores = dict(map(tuple, domain["model"]["vocab"]))
+        for token, parts in pieces.items():
+            base = sum(self.scores[self.vocab[p]] for p in parts) + self.MARGIN
+            model["vocab"].append([token, max(domain_scores.get(token, -math.inf), base)])
+        return dict(pieces)
+
+
+SPECS = {"WordPiece": WordPieceSpec, "BPE": BPESpec, "Unigram": UnigramSpec}
+VocabSpec = WordPieceSpec | BPESpec | UnigramSpec
+
+
+def spec_of(tokenizer: PreTrainedTokenizerBase) -> VocabSpec:
+    """The expansion rules for ``tokenizer``'s model kind; a clear error for other kinds."""
+    state = tokenizer_state(tokenizer)
+    kind = state["model"]["type"]
+    if kind not in SPECS:
+        raise UnsupportedTokenizer(f"vocabulary expansion supports {', '.join(SPECS)} tokenizers "
+                                   f"(BERT, RoBERTa/GPT-2 and XLM-R families); this one is {kind}")
+    return SPECS[kind].from_state(state)
+
+
+def _model_of(state: dict):
+    return Tokenizer.from_str(json.dumps(state)).model
+
 
 @dataclass
 class VocabReport:
@@ -95,12 +246,16 @@ class VocabReport:
     tokens_added: int
     skipped_unknown: int
     first_new_id: int
+    kind: str = "WordPiece"
+    no_merge_chain: int = 0
+    merge_intermediates: int = 0
     examples: list[dict] = field(default_factory=list)
     heldout_words: int = 0
     fertility_before: float = 0.0
     fertility_after: float = 0.0
     single_token_share_before: float = 0.0
     single_token_share_after: float = 0.0
+    reduction: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -109,12 +264,18 @@ class VocabReport:
         rows = "\n".join(f"| `{e['token']}` | {' '.join(e['base_pieces'])} |" for e in self.examples[:25])
         return (
             "# Vocabulary expansion\n\n"
-            f"- base vocabulary: {self.base_vocab_size:,}; domain tokenizer: {self.domain_tokenizer_size:,}\n"
+            f"- {self.kind} base vocabulary: {self.base_vocab_size:,}; domain tokenizer: "
+            f"{self.domain_tokenizer_size:,}\n"
             f"- tokens added (V_D): **{self.tokens_added:,}** (ids {self.first_new_id:,}–"
             f"{self.first_new_id + self.tokens_added - 1:,}); skipped as [UNK]-only: {self.skipped_unknown}\n"
+            + (f"- BPE merges: {self.merge_intermediates:,} of the added tokens are intermediate merge results; "
+               f"{self.no_merge_chain:,} domain tokens left out (every merge chain passed through a base "
+               f"token)\n" if self.kind == "BPE" else "")
+            +
             f"- held-out words: {self.heldout_words:,}; fertility (pieces/word) "
             f"{self.fertility_before:.3f} → **{self.fertility_after:.3f}**; single-token words "
-            f"{self.single_token_share_before:.1%} → **{self.single_token_share_after:.1%}**\n\n"
+            f"{self.single_token_share_before:.1%} → **{self.single_token_share_after:.1%}**\n"
+            + (ReductionReport(**self.reduction).to_markdown() if self.reduction else "") + "\n"
             "| new token | base pieces (mean-initialised from) |\n| --- | --- |\n" + rows + "\n"
         )
 
@@ -123,48 +284,52 @@ def train_domain_tokenizer(
     base: PreTrainedTokenizerBase, texts: Iterable[str], vocab_size: int, min_frequency: int
 ) -> PreTrainedTokenizerBase:
     """A tokenizer of the base's kind, normalizer and pre-tokenizer, trained on ``texts``."""
-    WordPieceSpec.of(base)  # fail early, before training, on unsupported kinds
+    spec_of(base)  # fail early, before training, on unsupported kinds
     return base.train_new_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency)
 
 
 def select_new_tokens(
-    base: PreTrainedTokenizerBase, domain: PreTrainedTokenizerBase
-) -> tuple[list[str], dict[str, list[str]], int]:
-    """(new tokens in domain-id order, their base pieces, count skipped as UNK-only)."""
-    spec = WordPieceSpec.of(base)
+    spec: VocabSpec, base: PreTrainedTokenizerBase, domain: PreTrainedTokenizerBase
+) -> tuple[dict[str, list[str]], int]:
+    """(new tokens in domain-id order → their base pieces, count skipped as UNK-only)."""
     specials = set(domain.all_special_tokens) | set(base.all_special_tokens)
-    new, pieces, skipped = [], {}, 0
+    prefix = getattr(spec, "prefix", None)
+    pieces, skipped = {}, 0
     for token, _ in sorted(domain.get_vocab().items(), key=lambda kv: kv[1]):
-        if token in spec.vocab or token in specials or token == spec.prefix:
+        if token in spec.vocab or token in specials or token == prefix:
             continue
         split = spec.base_pieces(token)
         if split is None:
             skipped += 1
             continue
-        new.append(token)
         pieces[token] = split
-    return new, pieces, skipped
+    return pieces, skipped
 
 
-def expand_tokenizer(base: PreTrainedTokenizerBase, tokens: Sequence[str], out_dir: Path) -> PreTrainedTokenizerBase:
-    """Save ``base`` with ``tokens`` appended to its WordPiece vocabulary; return it reloaded.
+def write_tokenizer(base: PreTrainedTokenizerBase, state: dict, out_dir: Path) -> PreTrainedTokenizerBase:
+    """Save ``base``'s configuration with ``state`` as its tokenizer.json; return it reloaded.
 
-    New ids start after every existing id (vocabulary and added tokens alike), so no id moves.
-    """
-    state = json.loads(base.backend_tokenizer.to_str())
-    vocab: dict[str, int] = state["model"]["vocab"]
-    next_id = max([*vocab.values(), *(t["id"] for t in state.get("added_tokens", []))]) + 1
-    for offset, token in enumerate(tokens):
-        vocab[token] = next_id + offset
+    Slow-tokenizer vocabulary files are removed: they would contradict the new state, and
+    tokenizer.json is what ``AutoTokenizer`` and sentence-transformers load."""
     base.save_pretrained(out_dir)
-    (out_dir / "tokenizer.json").write_text(json.dumps(state, ensure_ascii=False))
-    vocab_txt = out_dir / "vocab.txt"
-    if vocab_txt.exists():  # keep a slow-tokenizer vocabulary consistent with tokenizer.json
-        by_id = sorted(vocab.items(), key=lambda kv: kv[1])
-        if [i for _, i in by_id] != list(range(len(by_id))):
-            raise UnsupportedTokenizer("vocab.txt needs contiguous ids; this vocabulary has gaps")
-        vocab_txt.write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
+    for name in STALE_TOKENIZER_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+    (out_dir / "tokenizer.json").write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
     return AutoTokenizer.from_pretrained(str(out_dir))
+
+
+def expand_tokenizer(
+    base: PreTrainedTokenizerBase, spec: VocabSpec, pieces: dict[str, list[str]], first_id: int,
+    domain: PreTrainedTokenizerBase, out_dir: Path,
+) -> tuple[PreTrainedTokenizerBase, dict[str, list[str]]]:
+    """Save ``base`` with the new tokens (keys of ``pieces``) in its model from ``first_id``
+    on; returns the reloaded tokenizer and every new entry (in id order) with its base pieces.
+
+    ``first_id`` is above every existing id (vocabulary, added tokens and embedding rows), so
+    no id moves."""
+    state = tokenizer_state(base)
+    entries = spec.insert(state["model"], pieces, first_id, tokenizer_state(domain))
+    return write_tokenizer(base, state, out_dir), entries
 
 
 @torch.no_grad()
@@ -232,6 +397,127 @@ def fertility(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> tuple
     return words, pieces / max(words, 1), single / max(words, 1)
 
 
+@dataclass
+class ReductionReport:
+    """What ``--reduce-to-corpus`` removed (seed 004's language reduction)."""
+
+    rows_before: int
+    rows_after: int
+    parameters_before: int
+    parameters_after: int
+    corpus_texts: int
+
+    @property
+    def saving(self) -> float:
+        return 1 - self.parameters_after / max(self.parameters_before, 1)
+
+    def to_markdown(self) -> str:
+        return (f"- reduced to the corpus ({self.corpus_texts:,} texts): embedding rows {self.rows_before:,} → "
+                f"**{self.rows_after:,}**; parameters {self.parameters_before:,} → {self.parameters_after:,} "
+                f"(**{self.saving:.1%} fewer**)\n")
+
+
+def _kept_ids(tokenizer: PreTrainedTokenizerBase, state: dict, texts: Sequence[str]) -> list[int]:
+    """Ids a reduced vocabulary keeps: those ``texts`` use, specials and added tokens, every
+    single-character piece (unseen text still tokenizes without new unknowns) and, for BPE,
+    every token a kept token is merged from (the merge chains must stay intact)."""
+    model = state["model"]
+    if model["type"] not in SPECS:
+        raise UnsupportedTokenizer(f"vocabulary reduction supports {', '.join(SPECS)} tokenizers, not {model['type']}")
+    by_id = ({i: p for i, (p, _) in enumerate(model["vocab"])} if model["type"] == "Unigram"
+             else {i: t for t, i in model["vocab"].items()})
+    keep = set(tokenizer.all_special_ids) | {t["id"] for t in state.get("added_tokens", [])}
+    for start in range(0, len(texts), 1000):
+        for ids in tokenizer(list(texts[start: start + 1000]), add_special_tokens=False)["input_ids"]:
+            keep.update(ids)
+    prefix = model.get("continuing_subword_prefix") or ""
+    keep |= {i for i, t in by_id.items() if len(t.removeprefix(prefix).lstrip("▁")) <= 1}
+    if model["type"] == "BPE":
+        ids = model["vocab"]
+        parts = {ids[a + b]: (ids[a], ids[b]) for a, b in map(_pair, model["merges"]) if a + b in ids}
+        todo = list(keep)
+        while todo:
+            for part in parts.get(todo.pop(), ()):
+                if part not in keep:
+                    keep.add(part)
+                    todo.append(part)
+    return sorted(keep)
+
+
+def _pair(merge: list[str] | str) -> tuple[str, str]:
+    """A BPE merge as a pair, from either serialisation (``["a", "b"]`` or ``"a b"``)."""
+    a, b = merge if isinstance(merge, list) else merge.split(" ", 1)
+    return a, b
+
+
+def _remap_ids(node: object, new_id: dict[int, int]) -> object:
+    """Post-processor state with every special-token id remapped (``ids`` lists of
+    TemplateProcessing, ``[token, id]`` pairs of Bert/RobertaProcessing)."""
+    if isinstance(node, dict):
+        return {k: ([new_id[i] for i in v] if k == "ids" else
+                    [v[0], new_id[v[1]]] if k in ("cls", "sep") and isinstance(v, list) else _remap_ids(v, new_id))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_remap_ids(v, new_id) for v in node]
+    return node
+
+
+def reduce_vocabulary(base_model: str, texts: Sequence[str], out_dir: Path) -> ReductionReport:
+    """Keep only the vocabulary rows ``texts`` need (see :func:`_kept_ids`); the encoder is
+    untouched and every kept row is copied bit for bit. Writes a model that
+    ``SentenceTransformer``/``AutoModel`` load, and checks that ``texts`` tokenize to the same
+    tokens as before."""
+    from sentence_transformers import SentenceTransformer
+
+    from mosaic_core.models import resolve_model
+
+    if not texts:
+        raise ValueError("the reduction corpus is empty: every vocabulary row would go")
+    out_dir = Path(out_dir)
+    st = SentenceTransformer(resolve_model(base_model), device="cpu")
+    transformer, tok = st[0], st[0].tokenizer
+    encoder = transformer.auto_model
+    state = tokenizer_state(tok)
+    old_weight = encoder.get_input_embeddings().weight.detach().clone()
+    params_before = sum(p.numel() for p in encoder.parameters())
+    kept = [i for i in _kept_ids(tok, state, texts) if i < old_weight.shape[0]]
+    new_id = {old: new for new, old in enumerate(kept)}
+    model = state["model"]
+    if model["type"] == "Unigram":
+        model["vocab"] = [entry for i, entry in enumerate(model["vocab"]) if i in new_id]
+        if model.get("unk_id") is not None:
+            model["unk_id"] = new_id[model["unk_id"]]
+    else:
+        model["vocab"] = {t: new_id[i] for t, i in model["vocab"].items() if i in new_id}
+    if model["type"] == "BPE":
+        model["merges"] = [m for m in model["merges"]
+                           if all(t in model["vocab"] for t in (*_pair(m), "".join(_pair(m))))]
+    for added in state.get("added_tokens", []):
+        added["id"] = new_id[added["id"]]
+    state["post_processor"] = _remap_ids(state.get("post_processor"), new_id)
+    with torch.no_grad():
+        encoder.resize_token_embeddings(len(kept), mean_resizing=False)
+        encoder.get_input_embeddings().weight.copy_(old_weight[kept])
+    config = encoder.config
+    config.vocab_size = len(kept)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id"):
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) in new_id:
+            setattr(config, key, new_id[getattr(config, key)])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reduced = write_tokenizer(tok, state, out_dir)
+    sample = list(texts[:: max(1, len(texts) // 200)])
+    before, after = tok(sample)["input_ids"], reduced(sample)["input_ids"]
+    if [[new_id[i] for i in ids] for ids in before] != after:
+        raise RuntimeError("the reduced tokenizer does not reproduce the corpus's tokenization; nothing kept")
+    transformer.processor = reduced
+    st.save(str(out_dir))
+    report = ReductionReport(old_weight.shape[0], len(kept), params_before,
+                             sum(p.numel() for p in encoder.parameters()), len(texts))
+    log.info("reduced the vocabulary %d -> %d rows (%.1f%% fewer parameters)", report.rows_before,
+             report.rows_after, 100 * report.saving)
+    return report
+
+
 def build_expanded_model(
     base_model: str,
     texts: Sequence[str],
@@ -239,19 +525,31 @@ def build_expanded_model(
     vocab_size: int | None = None,
     min_frequency: int = 2,
     heldout_every: int = 20,
+    reduce_texts: Sequence[str] | None = None,
 ) -> VocabReport:
     """Stage 1 end to end: train, select, expand tokenizer and embeddings, save, report.
 
     ``out_dir`` receives a model that ``SentenceTransformer(out_dir)`` and
     ``AutoModel``/``AutoTokenizer`` load directly, plus ``domain_token_ids.json`` (V_D),
-    ``vocab_report.json`` and ``vocab_report.md``.
+    ``vocab_report.json`` and ``vocab_report.md``. With ``reduce_texts`` the base vocabulary
+    is first reduced to the rows those texts use (:func:`reduce_vocabulary`), then expanded.
     """
+    import tempfile
+
     from sentence_transformers import SentenceTransformer
 
     from mosaic_core.models import resolve_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if reduce_texts is not None:
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
+            reduction = reduce_vocabulary(base_model, reduce_texts, Path(reduced_dir))
+            report = build_expanded_model(reduced_dir, texts, out_dir, vocab_size, min_frequency, heldout_every)
+        report.reduction = asdict(reduction)
+        (out_dir / "vocab_report.json").write_text(report.to_json())
+        (out_dir / "vocab_report.md").write_text(report.to_markdown())
+        return report
     st = SentenceTransformer(resolve_model(base_model), device="cpu")
     transformer = st[0]
     base_tok = transformer.tokenizer
@@ -259,13 +557,18 @@ def build_expanded_model(
     heldout = [t for i, t in enumerate(texts) if not i % heldout_every]
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
+    spec = spec_of(base_tok)
     domain = train_domain_tokenizer(base_tok, train, vocab_size or len(base_tok), min_frequency)
-    tokens, pieces, skipped = select_new_tokens(base_tok, domain)
-    spec = WordPieceSpec.of(base_tok)
-    expanded = expand_tokenizer(base_tok, tokens, out_dir)
+    candidates, skipped = select_new_tokens(spec, base_tok, domain)
+    rows = transformer.auto_model.get_input_embeddings().weight.shape[0]
+    first_id = max(next_free_id(tokenizer_state(base_tok)), rows)  # padded matrices: never reuse a row
+    expanded, entries = expand_tokenizer(base_tok, spec, candidates, first_id, domain, out_dir)
+    tokens = list(entries)
     new_ids = expanded.convert_tokens_to_ids(tokens)
-    new_size = max([len(expanded), *(i + 1 for i in new_ids)])
-    piece_ids = [[spec.vocab[p] for p in pieces[t]] for t in tokens]
+    if new_ids != list(range(first_id, first_id + len(tokens))):
+        raise RuntimeError(f"the saved tokenizer does not give the new tokens ids {first_id}… in order")
+    new_size = first_id + len(tokens)
+    piece_ids = [[spec.vocab[p] for p in entries[t]] for t in tokens]
     expand_embeddings(transformer.auto_model, new_ids, piece_ids, new_size)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
@@ -290,8 +593,11 @@ def build_expanded_model(
         domain_tokenizer_size=len(domain),
         tokens_added=len(tokens),
         skipped_unknown=skipped,
-        first_new_id=new_ids[0] if new_ids else len(base_tok),
-        examples=[{"token": t, "base_pieces": pieces[t]} for t in tokens[:: max(1, len(tokens) // 25)]],
+        first_new_id=first_id,
+        kind=tokenizer_state(base_tok)["model"]["type"],
+        no_merge_chain=len(set(candidates) - set(entries)),
+        merge_intermediates=len(set(entries) - set(candidates)),
+        examples=[{"token": t, "base_pieces": entries[t]} for t in tokens[:: max(1, len(tokens) // 25)]],
         heldout_words=words,
         fertility_before=fert_before,
         fertility_after=fert_after,

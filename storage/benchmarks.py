@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.pairs_io import file_rows
+from storage.pairs_io import file_rows, write_jsonl
 
 
 class BenchmarkError(ValueError):
@@ -128,3 +128,16 @@ def read_sts(path: Path, min_score: float | None = None, max_score: float | None
     scores = [r["score"] for r in good]
     return STSData(path.stem, good, min(scores) if min_score is None else min_score,
                    max(scores) if max_score is None else max_score, _digest(path), invalid + len(rows) - len(good))
+
+
+def write_beir(root: Path, corpus: list[dict], queries: dict[str, str], qrels: dict[str, dict[str, int]],
+               split: str = "test") -> Path:
+    """Write a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) that :func:`read_beir` reads."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_jsonl(root / "corpus.jsonl", [{"_id": c["id"], "title": c.get("title", ""), "text": c["text"]}
+                                        for c in corpus])
+    write_jsonl(root / "queries.jsonl", [{"_id": q, "text": t} for q, t in queries.items()])
+    (root / "qrels").mkdir(exist_ok=True)
+    (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    return root

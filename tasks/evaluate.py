@@ -37,6 +37,8 @@ def task_checksum(spec: EvalTaskSpec) -> str:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() and spec.kind == "beir" else []
         data = (hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16] if files
                 else corpus_fingerprint(str(path)))
+        if spec.collection:
+            data += corpus_fingerprint(str(Path(spec.collection).expanduser()))
     return cache_key("evaltask", data, spec.config_hash())
 
 
@@ -67,9 +69,31 @@ def _load_task(spec: EvalTaskSpec, checksum: str):
     train, heldout = split_heldout(pairs, spec.heldout_pairs)
     if not heldout:
         raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({len(pairs)}) to hold any out")
+    if spec.kind == "verses":
+        return _verse_task(spec, heldout)
     corpus, queries, qrels = evaluation.heldout_retrieval_data(train, heldout, spec.pool)
     return evaluation.retrieval_task(spec.name, corpus, queries, qrels,
                                      f"held-out pairs of {spec.path}: {len(queries)} queries, {len(corpus)} documents")
+
+
+def _verse_task(spec: EvalTaskSpec, heldout: list[tuple[str, str]]):
+    from mosaic_core.islamic import read_quran
+
+    try:
+        verses = read_quran(Path(spec.collection).expanduser())
+    except (OSError, ValueError) as exc:
+        raise evaluation.TaskUnavailable(f"{spec.name}: cannot read the verse collection {spec.collection}: {exc}. "
+                                         "Pass the Sahih International translation as 'sura|aya|text' lines") from exc
+    corpus, queries, qrels, missing = evaluation.verse_retrieval_data(heldout, verses)
+    if missing:
+        log.warning("%s: %d of %d held-out links cite a text that is no verse of %s; left out", spec.name, missing,
+                    len(heldout), spec.collection)
+    if not queries:
+        raise evaluation.TaskUnavailable(f"{spec.name}: no held-out link of {spec.path} cites a verse of "
+                                         f"{spec.collection}; are these Tafsir verse pairs (`mosaic pairs islamic`)?")
+    return evaluation.retrieval_task(
+        spec.name, corpus, queries, qrels, f"held-out Tafsir links of {spec.path}: {len(queries)} verses over "
+        f"{len(corpus)} verse texts", ignore_identical_ids=True)
 
 
 def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:

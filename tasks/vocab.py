@@ -27,6 +27,7 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
         "vocab",
         model_fingerprint(resolve_model(cfg.base_model)),
         corpus_fingerprint(parameters["corpus"]),
+        corpus_fingerprint(cfg.reduce_to_corpus) if cfg.reduce_to_corpus else "",
         cfg.config_hash(),
         CODE_VERSION,
         str(Path(parameters["out_dir"]).resolve()),
@@ -39,8 +40,9 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     returns the report as a dict (small: a manifest, never the model)."""
     texts = corpus_texts(corpus, cfg.text_columns)
     log.info("stage 1: %d texts from %s", len(texts), corpus)
+    reduce_texts = corpus_texts(cfg.reduce_to_corpus, cfg.text_columns) if cfg.reduce_to_corpus else None
     report = vocab.build_expanded_model(
-        cfg.base_model, texts, Path(out_dir), cfg.vocab_size, cfg.min_frequency, cfg.heldout_every
+        cfg.base_model, texts, Path(out_dir), cfg.vocab_size, cfg.min_frequency, cfg.heldout_every, reduce_texts
     )
     return {"out_dir": out_dir, **asdict(report)}
 

@@ -122,3 +122,57 @@ def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32, mlm_h
         BertModel(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+BASE_CORPUS = ["the patient was with cells in a cell and the cells of a patient were in the cell",
+               "abcdefghijklmnopqrstuvwxyz 0123456789 the of and with in a was were is"] * 30
+
+
+def tiny_encoder(path: Path, family: str, hidden: int = 32, mlm_head: bool = False) -> Path:
+    """A 2-layer, hidden-32 encoder of ``family`` with a small tokenizer of its family's kind:
+    ``bert`` (WordPiece, see :func:`tiny_bert`), ``roberta`` (byte-level BPE) or ``xlmr``
+    (Unigram with Metaspace, SentencePiece-style). BPE and Unigram tokenizers are trained
+    on a few English words: every Latin letter is in the vocabulary, no Cyrillic one is."""
+    if family == "bert":
+        return tiny_bert(path, hidden=hidden, mlm_head=mlm_head)
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import (RobertaConfig, RobertaForMaskedLM, RobertaModel, RobertaTokenizerFast,
+                              XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaModel, XLMRobertaTokenizerFast)
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    if family == "roberta":
+        backend = Tokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok_cls, config_cls, mlm_cls, model_cls = (RobertaTokenizerFast, RobertaConfig, RobertaForMaskedLM,
+                                                   RobertaModel)
+    elif family == "xlmr":
+        backend = Tokenizer(models.Unigram())
+        backend.normalizer = normalizers.NFKC()
+        backend.pre_tokenizer = pre_tokenizers.Metaspace()
+        backend.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=specials, unk_token="<unk>",
+                                          initial_alphabet=list("abcdefghijklmnopqrstuvwxyz0123456789"))
+        tok_cls, config_cls, mlm_cls, model_cls = (XLMRobertaTokenizerFast, XLMRobertaConfig, XLMRobertaForMaskedLM,
+                                                   XLMRobertaModel)
+    else:
+        raise ValueError(family)
+    backend.train_from_iterator(BASE_CORPUS, trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tok = tok_cls(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                  pad_token="<pad>", mask_token="<mask>", cls_token="<s>", sep_token="</s>")
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=2 * hidden, max_position_embeddings=130, pad_token_id=1)
+    if mlm_head:
+        model = mlm_cls(config)
+        with torch.no_grad():
+            model.lm_head.bias.copy_(torch.randn(len(tok)))
+        model.save_pretrained(path)
+    else:
+        model_cls(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -9,7 +9,8 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["ingest"], ["stats"], ["run"], ["filter"], ["vocab"], ["pairs"], ["pairs", "islamic"]]
+    "command", [[], ["ingest"], ["stats"], ["run"], ["filter"], ["vocab"], ["pairs"], ["pairs", "islamic"],
+                ["train"], ["eval"], ["history"], ["diagnose"], ["probe"]]
 )
 def test_help_on_every_subcommand(command):
     result = runner.invoke(app, [*command, "--help"])
@@ -41,3 +42,26 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     result = CliRunner().invoke(app, ["run", "--config", str(bad), "-d", str(tmp_path / "r")])
     assert result.exit_code == 2 and "invalid pipeline config" in result.output and "kind" in result.output
     assert not (tmp_path / "r").exists()  # validated before any work
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_diagnose_and_probe_commands(tmp_path):
+    import json
+
+    from builders import tiny_bert
+
+    model = str(tiny_bert(tmp_path / "m", mlm_head=True))
+    result = runner.invoke(app, ["diagnose", "patient", "--model", model, "--text", "The patient was in a cell.",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    diagnosis = json.loads(result.stdout)
+    assert diagnosis["single_token"] and len(diagnosis["occurrences"]) == 1 and diagnosis["median_rank"] >= 1
+    result = runner.invoke(app, ["probe", "--model", f"tiny={model}", "--out", str(tmp_path / "probe"),
+                                 "--word", "zentrolase"])
+    assert result.exit_code == 0, result.output
+    assert "zentrolase" in result.output and "tiny" in result.output
+    assert (tmp_path / "probe" / "adaptation_pairs.jsonl").read_text().count("zentrolase") >= 24
+    scores = json.loads((tmp_path / "probe" / "report" / "results.json").read_text())
+    assert 0 <= scores["scores"]["tiny"][0]["value"] <= 1
+    bad = runner.invoke(app, ["probe", "--model", model, "--out", str(tmp_path / "p2"), "--word", "x-1"])
+    assert bad.exit_code == 2 and "letters only" in bad.output

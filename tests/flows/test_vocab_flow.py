@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from builders import tiny_bert
+from builders import tiny_bert, tiny_encoder
 
 from flows.vocab import vocab_flow
 from mosaic_core.config import VocabConfig
@@ -26,6 +26,28 @@ def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
     (out / "domain_token_ids.json").unlink()  # output gone: rebuilt despite the cache
     vocab_flow(str(corpus), cfg, str(out))
     assert (out / "domain_token_ids.json").exists()
+
+
+def test_vocab_cli_roberta_with_reduction(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    corpus, reduce = tmp_path / "pairs.jsonl", tmp_path / "general.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    reduce.write_text(json.dumps({"query": "the cells were in a cell", "document": "a patient with cells"}) + "\n")
+    base = tiny_encoder(tmp_path / "base", "roberta")
+    out = tmp_path / "expanded"
+    args = ["vocab", "--corpus", str(corpus), "--out", str(out), "--base-model", str(base), "--vocab-size", "400"]
+    result = CliRunner().invoke(app, [*args, "--reduce-to-corpus", str(reduce)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "vocab_report.json").read_text())
+    assert report["kind"] == "BPE" and report["tokens_added"] > 0
+    assert report["reduction"]["rows_after"] < report["reduction"]["rows_before"] == 320
+    assert "fewer" in result.output and "BPE base vocabulary" in result.output
+    reduce.write_text(json.dumps({"query": "the cells", "document": "a cell"}) + "\n")  # new content: not cached
+    assert CliRunner().invoke(app, [*args, "--reduce-to-corpus", str(reduce)]).exit_code == 0
+    assert json.loads((out / "vocab_report.json").read_text())["reduction"] != report["reduction"]
 
 
 def test_corpus_readers(tmp_path):

@@ -13,6 +13,7 @@ from mosaic_core.evaluation import (
     retrieval_task,
     score_task,
     sts_task,
+    verse_retrieval_data,
 )
 from mosaic_core.report import write_report
 from storage.benchmarks import BenchmarkError, read_beir, read_sts
@@ -95,6 +96,31 @@ def test_heldout_task_adds_distractors_and_keeps_one_relevant_doc():
     texts = {c["id"]: c["text"] for c in corpus}
     assert [texts[next(iter(qrels[q]))] for q in queries] == ["held doc 1", "held doc 2"]
     assert heldout_retrieval_data(train, heldout, pool=20)[0] == corpus  # stable
+
+
+VERSES = {(1, 1): "the patient cells were studied", (1, 2): "a cell of the patient", (2, 1): "cells with q and a",
+          (2, 2): "the q was in a cell", (2, 3): "a cell of the patient", (3, 1): "and the cells were q"}
+
+
+def test_verse_task_scores_without_the_query_itself(model, tmp_path):
+    heldout = [(VERSES[1, 1], VERSES[2, 1]), (VERSES[1, 1], VERSES[2, 3]), (VERSES[2, 2], VERSES[3, 1]),
+               (VERSES[3, 1], "a cited text that is no verse"), (VERSES[2, 2], VERSES[2, 2])]
+    corpus, queries, qrels, missing = verse_retrieval_data(heldout, VERSES)
+    assert missing == 1 and len(corpus) == 5  # (2, 3) has the text of (1, 2): one document "1:2"
+    assert queries == {"1:1": VERSES[1, 1], "2:2": VERSES[2, 2]}
+    assert qrels == {"1:1": {"2:1": 1, "1:2": 1}, "2:2": {"3:1": 1}}  # a self-link is no judgement
+    score = score_task(model, retrieval_task("verses", corpus, queries, qrels, ignore_identical_ids=True),
+                       tmp_path / "w")
+    st = SentenceTransformer(model, device="cpu")
+    ids = [c["id"] for c in corpus]
+    d = st.encode([c["text"] for c in corpus], normalize_embeddings=True)
+    expected = {}
+    for q, text in queries.items():
+        sims = d @ st.encode([text], normalize_embeddings=True)[0]
+        ranked = [ids[i] for i in np.argsort(-sims, kind="stable") if ids[i] != q]  # never the query's own verse
+        expected[q] = ndcg10(ranked, qrels[q])
+    assert score.per_query == pytest.approx(expected, abs=2e-3)
+    assert score.value == pytest.approx(np.mean(list(expected.values())), abs=2e-3)
 
 
 def test_report_marks_the_best_and_embeds_images(tmp_path):

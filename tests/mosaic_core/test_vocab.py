@@ -2,17 +2,20 @@ import json
 
 import pytest
 import torch
-from builders import shared_data, tiny_bert
+from builders import shared_data, tiny_bert, tiny_encoder
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
 from mosaic_core.models import OFFLINE_MODEL, resolve_model
 from mosaic_core.vocab import (
+    BPESpec,
     UnsupportedTokenizer,
     WordPieceSpec,
+    spec_of,
     build_expanded_model,
     expand_mlm_bias,
     mean_init_rows,
+    reduce_vocabulary,
 )
 
 CORPUS = [
@@ -134,13 +137,150 @@ def test_mean_init_and_bias_growth():
     assert torch.equal(expand_mlm_bias(bias, [[0, 1], [3]]), torch.tensor([1.0, 2, 3, 4, 1.5, 4]))
 
 
-def test_non_wordpiece_tokenizer_is_a_clear_error(tmp_path):
+def test_unsupported_tokenizer_kind_is_a_clear_error(tmp_path):
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE({"a": 0}, [])))
-    with pytest.raises(UnsupportedTokenizer, match="WordPiece"):
-        WordPieceSpec.of(tok)
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
+    with pytest.raises(UnsupportedTokenizer, match="WordPiece, BPE, Unigram.*WordLevel"):
+        spec_of(tok)
+
+
+# --- BPE (RoBERTa family) and Unigram (XLM-R family) --------------------------------------
+
+OTHER_CORPUS = [
+    "The cardiomyopathy patient was treated with immunotherapy; cardiomyopathy improved with immunotherapy.",
+    "Cardiomyocytes and hepatocytes were cultured; hepatocytes in cardiomyopathy were stained.",
+    "Жидкость and жидкость were measured in the immunotherapy of hepatocytes.",
+] * 20
+PROBES = ["the patient was with cells", "a cell is in the cells", "cardiomyopathy", "the immunotherapy",
+          "hepatocytes cardiomyocytes", "precardiomyopathic immunotherapeutic", "myopathy therapy", "Жидкость",
+          "cells with cardiomyopathy were in the hepatocytes of a patient", "zzz qqq 123"]
+
+
+@pytest.fixture(scope="module", params=["roberta", "xlmr"])
+def other_family(request, tmp_path_factory):
+    base = tiny_encoder(tmp_path_factory.mktemp(request.param), request.param, mlm_head=True)
+    out = tmp_path_factory.mktemp(f"{request.param}-expanded")
+    report = build_expanded_model(str(base), OTHER_CORPUS, out, vocab_size=400, min_frequency=2, heldout_every=10)
+    return request.param, base, out, report
+
+
+def test_other_families_rows_and_pieces(other_family):
+    family, base, out, report = other_family
+    assert report.kind == {"roberta": "BPE", "xlmr": "Unigram"}[family]
+    assert report.tokens_added > 0
+    old = AutoModel.from_pretrained(base).get_input_embeddings().weight
+    new = AutoModel.from_pretrained(out).get_input_embeddings().weight
+    assert torch.equal(new[: old.shape[0]], old)
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    ids = json.loads((out / "domain_token_ids.json").read_text())
+    assert ids == list(range(old.shape[0], old.shape[0] + report.tokens_added))
+    unk = base_tok.unk_token_id
+    for token_id in ids:
+        token = new_tok.convert_ids_to_tokens(token_id)
+        found = base_tok.backend_tokenizer.model.tokenize(token)  # the base algorithm's own split
+        assert len(found) > 1 and all(t.id != unk for t in found)
+        expected = old[[t.id for t in found]].mean(0)
+        torch.testing.assert_close(new[token_id], expected, rtol=0, atol=1e-6)
+    assert new.shape[0] == old.shape[0] + report.tokens_added
+
+
+def test_other_families_use_new_tokens_and_only_coarsen(other_family):
+    family, base, out, report = other_family
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    first = report.first_new_id
+    word = {"roberta": "Ġimmunotherapy", "xlmr": "▁immunotherapy"}[family]
+    assert word in new_tok.get_vocab()
+    assert new_tok.tokenize("the immunotherapy")[-1] == word
+    assert len(base_tok.tokenize("the immunotherapy")) > 4
+    assert not any("ж" in t.lower() for t in new_tok.get_vocab())  # UNK-only for the base: never added
+    used_new = 0
+    for text in PROBES + OTHER_CORPUS[:3]:
+        old_ids, new_ids = base_tok(text)["input_ids"], new_tok(text)["input_ids"]
+        if all(i < first for i in new_ids):
+            assert new_ids == old_ids, text  # no new token: exactly the base tokenization
+        else:
+            used_new += 1
+            assert len(new_ids) < len(old_ids)
+        assert new_tok.decode(new_ids, skip_special_tokens=True) == base_tok.decode(old_ids, skip_special_tokens=True)
+    assert used_new >= 4
+
+
+def test_other_families_round_trip_and_mlm_bias(other_family):
+    from transformers import AutoModelForMaskedLM
+
+    from mosaic_core.model import build_model
+
+    _, base, out, report = other_family
+    st_base, st_new = SentenceTransformer(str(base), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    plain = [t for t in PROBES if max(st_new.tokenizer(t)["input_ids"]) < report.first_new_id]
+    assert plain  # texts that hold no new token embed exactly as before
+    torch.testing.assert_close(st_new.encode(plain, convert_to_tensor=True),
+                               st_base.encode(plain, convert_to_tensor=True), rtol=0, atol=0)
+    old, new = AutoModelForMaskedLM.from_pretrained(base), AutoModelForMaskedLM.from_pretrained(out)
+    v = old.config.vocab_size
+    assert torch.equal(new.lm_head.bias[:v], old.lm_head.bias)
+    assert new.lm_head.bias.shape[0] == v + report.tokens_added
+    assert new.get_output_embeddings().weight is new.get_input_embeddings().weight
+    model, from_checkpoint = build_model(str(out))  # stage 2 takes the grown head as is
+    assert from_checkpoint and model.head.bias.shape[0] == v + report.tokens_added
+
+
+def test_bpe_merge_chains():
+    from tokenizers import Tokenizer, models
+
+    state = json.loads(Tokenizer(models.BPE({"a": 0, "b": 1, "c": 2, "ab": 3}, [("a", "b")])).to_str())
+    spec = BPESpec.from_state(state)
+    assert spec.base_pieces("abc") == ["ab", "c"]
+    entries = spec.insert(state["model"], {"abc": ["ab", "c"], "cab": ["c", "ab"], "cabc": ["c", "ab", "c"]}, 4, {})
+    # "cabc": the merges so far give c + abc; one more merge joins them.
+    assert entries == {"abc": ["ab", "c"], "cab": ["c", "ab"], "cabc": ["c", "ab", "c"]}
+    assert state["model"]["merges"][1:] == [["ab", "c"], ["c", "ab"], ["c", "abc"]]
+    model = Tokenizer.from_str(json.dumps(state)).model
+    for word in entries:
+        assert [t.value for t in model.tokenize(word)] == [word]
+    # Both chains for a + b + c pass through a base token ("ab", "bc"): left out.
+    state = json.loads(Tokenizer(models.BPE({"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4}, [])).to_str())
+    spec = BPESpec.from_state(state)
+    assert spec.base_pieces("abc") == ["a", "b", "c"] and spec.base_pieces("abz") is None  # z: not renderable
+    assert spec.insert(state["model"], {"abc": ["a", "b", "c"]}, 5, {}) == {}
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlmr"])
+def test_reduce_to_corpus_keeps_used_rows_bit_identical(tmp_path, family):
+    base = tiny_encoder(tmp_path / "base", family)
+    corpus = ["the cells were in a cell", "a cell was with the cells"]
+    out = tmp_path / "reduced"
+    report = reduce_vocabulary(str(base), corpus, out)
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    old_model, new_model = AutoModel.from_pretrained(base), AutoModel.from_pretrained(out)
+    old, new = old_model.get_input_embeddings().weight, new_model.get_input_embeddings().weight
+    assert report.rows_before == old.shape[0] > report.rows_after == new.shape[0] == len(new_tok)
+    assert report.parameters_after == sum(p.numel() for p in new_model.parameters()) < report.parameters_before
+    for token, new_id in new_tok.get_vocab().items():  # every kept row is the old row of that token
+        assert torch.equal(new[new_id], old[base_tok.convert_tokens_to_ids(token)]), token
+    assert not any("patient" in t or "ient" in t for t in new_tok.get_vocab())  # unused by the corpus
+    old_params = {k: v for k, v in old_model.state_dict().items() if "word_embeddings" not in k}
+    for key, value in old_params.items():  # the encoder is untouched
+        assert torch.equal(new_model.state_dict()[key], value), key
+    st_base, st_new = SentenceTransformer(str(base), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    assert [base_tok.convert_ids_to_tokens(i) for i in base_tok(corpus)["input_ids"]] == \
+        [new_tok.convert_ids_to_tokens(i) for i in new_tok(corpus)["input_ids"]]
+    torch.testing.assert_close(st_new.encode(corpus, convert_to_tensor=True),
+                               st_base.encode(corpus, convert_to_tensor=True), rtol=0, atol=0)
+    assert new_tok.unk_token not in new_tok.tokenize("zebra quiz")  # single characters kept
+
+
+def test_reduce_then_expand(tmp_path):
+    base = tiny_encoder(tmp_path / "base", "bert")
+    out = tmp_path / "out"
+    report = build_expanded_model(str(base), CORPUS, out, vocab_size=400, heldout_every=10, reduce_texts=CORPUS)
+    assert report.reduction["rows_after"] < report.reduction["rows_before"]
+    assert report.first_new_id == report.reduction["rows_after"]
+    assert "fewer" in (out / "vocab_report.md").read_text()
+    assert not list(out.glob(".reduced-*"))
+    assert SentenceTransformer(str(out), device="cpu").tokenizer.tokenize("cardiomyopathy") == ["cardiomyopathy"]
 
 
 def test_real_biomedical_corpus_with_offline_model(tmp_path):
