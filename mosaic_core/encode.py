@@ -10,6 +10,8 @@ in fp32.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 from dataclasses import dataclass
@@ -84,6 +86,15 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
 
+def max_positions(config) -> int:
+    """The longest input (in tokens, specials included) the model's position embeddings take.
+    RoBERTa-family models start positions after the padding id, which costs ``pad + 1`` slots."""
+    limit = getattr(config, "max_position_embeddings", None) or 1 << 30
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= (config.pad_token_id or 0) + 1
+    return limit
+
+
 @dataclass
 class Encoder:
     """``Encoder.load(model)`` then ``encode(texts) -> float32 [n, d]``."""
@@ -114,7 +125,11 @@ class Encoder:
         tok = AutoTokenizer.from_pretrained(resolved)
         return cls(net, tok, pooling or st_pooling or "mean",
                    normalize if normalize is not None else bool(st_normalize), dev,
-                   resolve_precision(precision, dev), max_length)
+                   resolve_precision(precision, dev), min(max_length, max_positions(net.config)))
+
+    def with_max_length(self, max_length: int) -> Encoder:
+        """This encoder truncating at ``max_length`` tokens (at most the model's positions)."""
+        return dataclasses.replace(self, max_length=min(max_length, max_positions(self.model.config)))
 
     @torch.inference_mode()
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, get_scheduler
 
 from mosaic_core.config import StageConfig
-from mosaic_core.encode import resolve_precision
+from mosaic_core.encode import max_positions, resolve_precision
 from mosaic_core.gradcache import joint_backward, mlm_backward
 from mosaic_core.losses import JointLoss
 from mosaic_core.model import DualEncoder, PairCollator, build_model, save_model
@@ -251,6 +251,12 @@ def train_stage(
     torch.manual_seed(stage.seed)
     tokenizer = AutoTokenizer.from_pretrained(resolved)
     model, head_loaded = build_model(resolved)
+    limit = max_positions(model.encoder.config)
+    if max(stage.query_max_length, stage.document_max_length) > limit:
+        log.warning("stage %s: %s takes at most %d positions; query/document lengths capped to it",
+                    stage.name, input_model, limit)
+        stage = stage.model_copy(update={"query_max_length": min(stage.query_max_length, limit),
+                                         "document_max_length": min(stage.document_max_length, limit)})
     model.to(device).train()
     dev_domain = domain_ids.to(device) if domain_ids is not None else None
     if stage.kind == "mlm":

@@ -78,8 +78,8 @@ def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> Encod
     """Embed a partition's queries and documents; store them (float16) for every later filter."""
     rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
     enc = _encoder(cfg.model, cfg.precision)
-    queries = dataclasses.replace(enc, max_length=cfg.query_max_length).encode(rows.queries, cfg.batch_size)
-    docs = dataclasses.replace(enc, max_length=cfg.document_max_length).encode(rows.documents, cfg.batch_size)
+    queries = enc.with_max_length(cfg.query_max_length).encode(rows.queries, cfg.batch_size)
+    docs = enc.with_max_length(cfg.document_max_length).encode(rows.documents, cfg.batch_size)
     path = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name)
     save_embeddings(path, queries, docs)
     log.info("%s: encoded %d pairs (%s bad rows)", part.name, len(rows.queries), sum(rows.bad.values()))

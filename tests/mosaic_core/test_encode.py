@@ -65,3 +65,15 @@ def test_precision_rules():
     assert resolve_precision("auto", torch.device("cuda")) is torch.bfloat16
     with pytest.raises(ValueError, match="CUDA"):
         resolve_precision("fp16", torch.device("cpu"))
+
+
+def test_inputs_longer_than_the_models_positions_are_truncated_to_them(tmp_path):
+    from transformers import RobertaConfig
+
+    from mosaic_core.encode import max_positions
+
+    enc = Encoder.load(str(tiny_bert(tmp_path / "m")), max_length=512)  # a 128-position model
+    assert enc.max_length == 128 and enc.with_max_length(1000).max_length == 128
+    assert enc.with_max_length(64).max_length == 64
+    assert enc.with_max_length(1000).encode(["patient " * 400]).shape == (1, 32)  # no position overflow
+    assert max_positions(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
