@@ -8,6 +8,8 @@ import os
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # The temporary local API server needs more than Prefect's default 20 s on a 2-core machine.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# Route the method's own log records (counts, kept fractions, skipped rows) to the Prefect UI.
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "mosaic_core,storage,tasks,flows")
 
 from pathlib import Path  # noqa: E402
 from typing import Annotated, Optional  # noqa: E402
@@ -24,6 +26,7 @@ from mosaic_core.config import (  # noqa: E402
     TrainConfig,
     VocabConfig,
 )
+from flows.runners import task_runner  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
 app = typer.Typer(
@@ -44,21 +47,6 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
-
-
-def _task_runner(workers: int, dask_address: Optional[str]):
-    """Threads for I/O-bound work on one machine; Dask processes/cluster for CPU-bound maps."""
-    if dask_address or workers > 1:
-        from prefect_dask import DaskTaskRunner
-
-        if dask_address:
-            return DaskTaskRunner(address=dask_address)
-        return DaskTaskRunner(
-            cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True}
-        )
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    return ThreadPoolTaskRunner(max_workers=4)
 
 
 @app.command()
@@ -120,7 +108,7 @@ def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int = 1, dask_addre
     from flows.ingest import IngestFailed, ingest_flow
 
     root = str(data_root.expanduser().resolve())
-    flow = ingest_flow.with_options(task_runner=_task_runner(workers, dask_address))
+    flow = ingest_flow.with_options(task_runner=task_runner(workers, dask_address))
     try:
         flow(cfg, root)
     except IngestFailed as exc:
@@ -557,6 +545,45 @@ def history(
     Console().print(table)
 
 
+def _pipeline_config(config: Path | None):
+    """The validated pipeline config (the demo without a file); exit 2 with the reasons if invalid."""
+    import yaml
+    from pydantic import ValidationError
+
+    from flows.rebuild import load_pipeline_config
+
+    try:
+        return load_pipeline_config(str(config) if config else None)
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def serve(
+    data_root: DataRoot = Path("mosaic-data"),
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="Pipeline YAML of the rebuilds (default: the built-in demo).")] = None,
+    cron: Annotated[str, typer.Option(help="Schedule of the rebuild (cron, UTC); '' for manual runs only.")
+                    ] = "0 3 * * *",
+) -> None:
+    """Serve the `rebuild` deployment: on each scheduled (or UI-triggered) run it lists the
+    snapshot source and runs the pipeline only if files were added or changed.
+
+    Needs a Prefect API: start one with `prefect server start` (UI at http://127.0.0.1:4200)
+    and `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`. Runs in this process
+    until interrupted; trigger a run from the UI (Deployments → rebuild/rebuild → Run) or with
+    `prefect deployment run rebuild/rebuild`.
+    """
+    from prefect import serve as prefect_serve
+
+    from deployments.rebuild import rebuild_deployment
+
+    config_file = str(config.expanduser().resolve()) if config else None
+    _pipeline_config(config)  # validated before anything is registered
+    prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
+
+
 @app.command()
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
@@ -570,18 +597,10 @@ def run(
     all-MiniLM-L6-v2 on CPU (a few minutes), ending with an adapted model and a report under
     DATA_ROOT. Rerunning takes completed steps from cache and resumes a failed training stage.
     """
-    import yaml
-    from pydantic import ValidationError
-
     from flows.ingest import IngestFailed
     from flows.pipeline import mosaic_pipeline
-    from mosaic_core.config import PipelineConfig, demo_pipeline
 
-    try:
-        cfg = PipelineConfig.load(yaml.safe_load(config.read_text()) or {}) if config else demo_pipeline()
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
-        console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
-        raise typer.Exit(2) from exc
+    cfg = _pipeline_config(config)
     root = data_root.expanduser().resolve()
     try:
         result = mosaic_pipeline(cfg, str(root))

@@ -2,7 +2,8 @@
 
 Each step is a subflow whose tasks cache their persisted results (keyed as the stage flows
 describe), so a rerun of the same configuration redoes only what changed or failed, and a
-failed training stage resumes from its checkpoint.
+failed training stage resumes from its checkpoint. The per-file and per-chunk maps of ingest
+and filter run on threads, or on Dask when ``workers`` > 1 or ``dask_address`` is set.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
 from flows.ingest import ingest_flow
+from flows.runners import task_runner
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, EvalTaskSpec, PipelineConfig
@@ -25,8 +27,9 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     """Run the whole pipeline under ``data_root``; models go to ``data_root/models``, the
     evaluation report to ``data_root/report``."""
     root = Path(data_root)
-    ingest_flow(cfg.ingest, data_root)
-    filtered = filter_flow(data_root, cfg.filter, data_root)
+    ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root)
+    filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+        data_root, cfg.filter, data_root)
     stage1 = str(root / "models" / "stage1")
     vocab = vocab_flow(data_root, cfg.vocab, stage1)
     stages = train_flow(stage1, data_root, cfg.train, str(root / "models"))

@@ -242,6 +242,10 @@ class PipelineConfig(_Frozen):
         (), description="Extra evaluation tasks; the held-out retrieval task of the run is always added."
     )
     eval_pool: int = Field(10_000, gt=0, description="Distractor documents of the held-out task.")
+    workers: int = Field(1, ge=1, description="Dask worker processes for the ingest and filter maps (1: threads).")
+    dask_address: str | None = Field(
+        None, description="Run the ingest and filter maps on this Dask cluster (e.g. tcp://scheduler:8786)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:

@@ -45,6 +45,11 @@ class DataLayout:
         return self.root / "raw"
 
     @property
+    def snapshot_state_path(self) -> Path:
+        """The snapshot signature of the last successful rebuild."""
+        return self.root / "state" / "last_snapshot.json"
+
+    @property
     def evaluations_dir(self) -> Path:
         return self.root / "evaluations"
 

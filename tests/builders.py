@@ -176,3 +176,36 @@ def tiny_encoder(path: Path, family: str, hidden: int = 32, mlm_head: bool = Fal
         model_cls(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+DRUGS = ["metformin", "aspirin", "statins", "insulin", "ibuprofen", "warfarin", "heparin", "lithium"]
+DISEASES = ["diabetes", "asthma", "stroke", "sepsis", "anemia", "obesity", "migraine", "arthritis"]
+
+
+def varied_articles(first_pmid: int, n: int) -> list[str]:
+    """``n`` distinct, filter-passing citations (title and abstract name a drug and a disease)."""
+    out = []
+    for i in range(n):
+        drug, disease = DRUGS[(first_pmid + i) % len(DRUGS)], DISEASES[(first_pmid + i) // len(DRUGS) % len(DISEASES)]
+        title = f"Effect of {drug} on {disease} outcomes in cohort {first_pmid + i}"
+        abstract = (f"We studied whether {drug} changes the course of {disease} in {40 + i} adult patients "
+                    f"followed for {2 + i % 5} years in cohort {first_pmid + i}. Patients given {drug} had "
+                    f"fewer {disease} events than controls, and the effect was consistent across subgroups.")
+        out.append(article(first_pmid + i, title=title, abstract=abstract))
+    return out
+
+
+def tiny_pipeline_yaml(path: Path, source: str, base_model: str, **extra: object) -> Path:
+    """A pipeline YAML that runs end to end in seconds with a tiny model: every pair kept
+    (threshold filter at -1), two 2-step training stages, the held-out task only."""
+    import yaml
+
+    stage = {"batch_size": 4, "max_steps": 2, "checkpoint_every": 1, "log_every": 1}
+    cfg = {"base_model": base_model, "ingest": {"source": source},
+           "filter": {"model": base_model, "mode": "threshold", "threshold": -1.0},
+           "vocab": {"vocab_size": 300, "heldout_every": 5},
+           "train": {"heldout_pairs": 4, "stages": [{"name": "joint", "kind": "joint", **stage},
+                                                    {"name": "contrastive", "kind": "contrastive", **stage}]},
+           "eval_pool": 100, **extra}
+    path.write_text(yaml.safe_dump(cfg))
+    return path

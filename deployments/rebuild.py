@@ -1,0 +1,19 @@
+"""The ``rebuild`` deployment: the scheduled rebuild flow with its parameters exposed in the UI."""
+
+from __future__ import annotations
+
+from flows.rebuild import rebuild
+
+DEFAULT_CRON = "0 3 * * *"
+"""Daily at 03:00 UTC: NCBI publishes PubMed update files once a day."""
+
+
+def rebuild_deployment(config_file: str | None, data_root: str, cron: str | None = DEFAULT_CRON):
+    """A ``RunnerDeployment`` of :func:`flows.rebuild.rebuild` (for ``prefect.serve``)."""
+    return rebuild.to_deployment(
+        name="rebuild",
+        cron=cron,
+        parameters={"config_file": config_file, "data_root": data_root, "force": False},
+        description="Rebuild the adapted model when the snapshot source has new files.",
+        tags=["mosaic"],
+    )

@@ -1,0 +1,34 @@
+import json
+
+import pytest
+from builders import pubmed_xml, tiny_bert, tiny_pipeline_yaml, varied_articles, write_xml
+
+from flows.rebuild import rebuild
+from storage.layout import DataLayout
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def test_rebuild_runs_only_when_the_mirror_has_new_files_on_dask(tmp_path, http_mirror):
+    base_url, mirror, _ = http_mirror
+    write_xml(mirror / "pubmed" / "baseline" / "pubmed26n0001.xml.gz", pubmed_xml(varied_articles(1, 24)),
+              md5_sidecar=True)
+    config = tiny_pipeline_yaml(tmp_path / "pipeline.yaml", base_url, str(tiny_bert(tmp_path / "base")), workers=2)
+    root = tmp_path / "root"
+
+    first = rebuild(str(config), str(root))
+    assert first["rebuilt"] and first["changes"]["new"] == ["pubmed26n0001"]
+    assert (root / "report" / "report.html").is_file()
+    assert json.loads(DataLayout(root).snapshot_state_path.read_text()) == {"pubmed26n0001": "pubmed26n0001.xml.gz"}
+    ingest_manifest = root / "manifests" / "ingest" / "pubmed26n0001.json"
+    written = ingest_manifest.stat().st_mtime_ns
+
+    again = rebuild(str(config), str(root))
+    assert not again["rebuilt"] and again["changes"] == {"new": [], "changed": [], "removed": []}
+
+    write_xml(mirror / "pubmed" / "updatefiles" / "pubmed26n0002.xml.gz", pubmed_xml(varied_articles(100, 12)),
+              md5_sidecar=True)
+    third = rebuild(str(config), str(root))
+    assert third["rebuilt"] and third["changes"]["new"] == ["pubmed26n0002"]
+    assert ingest_manifest.stat().st_mtime_ns == written  # the old partition came from cache
+    assert third["pairs"] == first["pairs"] + 12
