@@ -594,7 +594,7 @@ def build_expanded_model(
         tokens_added=len(tokens),
         skipped_unknown=skipped,
         first_new_id=first_id,
-        kind=tokenizer_state(base_tok)["model"]["type"],
+        kind=next(k for k, cls in SPECS.items() if isinstance(spec, cls)),
         no_merge_chain=len(set(candidates) - set(entries)),
         merge_intermediates=len(set(entries) - set(candidates)),
         examples=[{"token": t, "base_pieces": entries[t]} for t in tokens[:: max(1, len(tokens) // 25)]],
