@@ -223,9 +223,8 @@ SPECS = {"WordPiece": WordPieceSpec, "BPE": BPESpec, "Unigram": UnigramSpec}
 VocabSpec = WordPieceSpec | BPESpec | UnigramSpec
 
 
-def spec_of(tokenizer: PreTrainedTokenizerBase) -> VocabSpec:
-    """The expansion rules for ``tokenizer``'s model kind; a clear error for other kinds."""
-    state = tokenizer_state(tokenizer)
+def spec_of(state: dict) -> VocabSpec:
+    """The expansion rules for a tokenizer state's model kind; a clear error for other kinds."""
     kind = state["model"]["type"]
     if kind not in SPECS:
         raise UnsupportedTokenizer(f"vocabulary expansion supports {', '.join(SPECS)} tokenizers "
@@ -284,7 +283,6 @@ def train_domain_tokenizer(
     base: PreTrainedTokenizerBase, texts: Iterable[str], vocab_size: int, min_frequency: int
 ) -> PreTrainedTokenizerBase:
     """A tokenizer of the base's kind, normalizer and pre-tokenizer, trained on ``texts``."""
-    spec_of(base)  # fail early, before training, on unsupported kinds
     return base.train_new_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency)
 
 
@@ -557,11 +555,12 @@ def build_expanded_model(
     heldout = [t for i, t in enumerate(texts) if not i % heldout_every]
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
-    spec = spec_of(base_tok)
+    base_state = tokenizer_state(base_tok)
+    spec = spec_of(base_state)  # before training: an unsupported kind fails at once
     domain = train_domain_tokenizer(base_tok, train, vocab_size or len(base_tok), min_frequency)
     candidates, skipped = select_new_tokens(spec, base_tok, domain)
     rows = transformer.auto_model.get_input_embeddings().weight.shape[0]
-    first_id = max(next_free_id(tokenizer_state(base_tok)), rows)  # padded matrices: never reuse a row
+    first_id = max(next_free_id(base_state), rows)  # padded matrices: never reuse a row
     expanded, entries = expand_tokenizer(base_tok, spec, candidates, first_id, domain, out_dir)
     tokens = list(entries)
     new_ids = expanded.convert_tokens_to_ids(tokens)

@@ -12,6 +12,7 @@ from mosaic_core.vocab import (
     UnsupportedTokenizer,
     WordPieceSpec,
     spec_of,
+    tokenizer_state,
     build_expanded_model,
     expand_mlm_bias,
     mean_init_rows,
@@ -143,7 +144,7 @@ def test_unsupported_tokenizer_kind_is_a_clear_error(tmp_path):
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
     with pytest.raises(UnsupportedTokenizer, match="WordPiece, BPE, Unigram.*WordLevel"):
-        spec_of(tok)
+        spec_of(tokenizer_state(tok))
 
 
 # --- BPE (RoBERTa family) and Unigram (XLM-R family) --------------------------------------
