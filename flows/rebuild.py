@@ -34,14 +34,14 @@ def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", forc
     cfg = load_pipeline_config(config_file)
     root = str(Path(data_root).expanduser().resolve())
     files = list_snapshot(cfg.ingest)
-    changes = snapshot_changes(files, root)
+    changes, signature = snapshot_changes(files, root)
     if not (force or changes["new"] or changes["changed"]):
         create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
                                  markdown=f"No new or changed files in `{cfg.ingest.source}` "
                                           f"({len(files)} files): nothing rebuilt.")
         return {"rebuilt": False, "changes": changes}
     result = mosaic_pipeline(cfg, root)
-    record_snapshot(files, root)
+    record_snapshot(signature, root)
     listed = ", ".join(changes["new"][:20] + changes["changed"][:20]) or "none (forced)"
     create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
                              markdown=f"Rebuilt from `{cfg.ingest.source}`: {len(changes['new'])} new, "

@@ -16,18 +16,20 @@ log = logging.getLogger(__name__)
 
 
 @task(name="snapshot-changes", cache_policy=NO_CACHE)
-def snapshot_changes(files: list[SourceFile], root: str) -> dict[str, list[str]]:
-    """{"new": [...], "changed": [...], "removed": [...]} partitions against the last rebuild
-    (everything is new before the first)."""
+def snapshot_changes(files: list[SourceFile], root: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """({"new": [...], "changed": [...], "removed": [...]} partitions against the last rebuild
+    (everything is new before the first), the listing's signature to record after success)."""
     now, before = snapshot_signature(files), read_snapshot_state(DataLayout(root)) or {}
     changes = {"new": sorted(set(now) - set(before)),
                "changed": sorted(p for p in set(now) & set(before) if now[p] != before[p]),
                "removed": sorted(set(before) - set(now))}
     log.info("snapshot: %d files; %d new, %d changed, %d removed since the last rebuild", len(files),
              *(len(v) for v in changes.values()))
-    return changes
+    return changes, now
 
 
 @task(name="record-snapshot", cache_policy=NO_CACHE)
-def record_snapshot(files: list[SourceFile], root: str) -> None:
-    write_snapshot_state(DataLayout(root), snapshot_signature(files))
+def record_snapshot(signature: dict[str, str], root: str) -> None:
+    """Record what the rebuild saw when it listed the source (not a later look: a local file
+    edited during the run must count as changed next time)."""
+    write_snapshot_state(DataLayout(root), signature)
