@@ -1,1 +1,19 @@
-"""Prefect flows: composition of tasks only, plus the ``mosaic`` command line."""
+"""Prefect flows: composition of tasks only, plus the ``mosaic`` command line.
+
+Importing the package (the CLI, ``mosaic serve`` and a worker's flow entrypoints all do) routes
+the method's own log records — counts, kept fractions, skipped rows, training losses — to the
+Prefect UI and the console at Prefect's logging level (INFO unless ``PREFECT_LOGGING_LEVEL``
+says otherwise). Prefect only attaches its handlers to the extra loggers; their level would
+otherwise be the root logger's WARNING, which hid every INFO record.
+"""
+
+import logging
+import os
+
+PACKAGE_LOGGERS = ("mosaic_core", "storage", "tasks", "flows")
+
+# Read by Prefect when it configures logging, so set before Prefect is imported.
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", ",".join(PACKAGE_LOGGERS))
+for _name in PACKAGE_LOGGERS:
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(os.environ.get("PREFECT_LOGGING_LEVEL", "INFO").upper())

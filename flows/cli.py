@@ -8,8 +8,6 @@ import os
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # The temporary local API server needs more than Prefect's default 20 s on a 2-core machine.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-# Route the method's own log records (counts, kept fractions, skipped rows) to the Prefect UI.
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "mosaic_core,storage,tasks,flows")
 
 from pathlib import Path  # noqa: E402
 from typing import Annotated, Optional  # noqa: E402
