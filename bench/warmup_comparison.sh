@@ -3,14 +3,17 @@
 # warm-up, on the real biomedical title/abstract pairs of ../shared/data/biomed, with the
 # offline MiniLM, scored on SciFact (local BEIR files) and the run's held-out pairs.
 #
-#   bash bench/warmup_comparison.sh [WORK_DIR] [STEPS]
+#   bash bench/warmup_comparison.sh [WORK_DIR] [STEPS] [WARMUP_STEPS]
 #
-# Stages run STEPS optimizer steps each (default 150) at batch 32, documents cut to 128
-# tokens, so the whole comparison fits a 2-core CPU in under an hour; on a GPU raise STEPS
-# and drop the --set overrides. Writes WORK_DIR/report/report.{md,html}.
+# The joint and contrastive stages run STEPS optimizer steps each (default 150) at batch 32,
+# documents cut to 128 tokens, so the whole comparison fits a 2-core CPU in about an hour; the
+# warm-up runs until its MLM loss is below its target (the preset's mlm_target), at most
+# WARMUP_STEPS steps (default 600). On a GPU raise both and drop the --set overrides.
+# Writes WORK_DIR/report/report.{md,html}.
 set -euo pipefail
 WORK=${1:-mosaic-warmup-comparison}
 STEPS=${2:-150}
+WARMUP_STEPS=${3:-600}
 SHARED=$(cd "$(dirname "$0")/../.." && pwd)/shared/data
 PAIRS=$SHARED/biomed/biomed_title_abstract.jsonl
 COLS=(--query-column title --document-column abstract)
@@ -19,7 +22,8 @@ SET=(--set "max_steps=$STEPS" --set batch_size=32 --set document_max_length=128 
 mosaic vocab --corpus "$PAIRS" --columns title --columns abstract --base-model offline:all-MiniLM-L6-v2 \
   --out "$WORK/stage1"
 mosaic train --model "$WORK/stage1" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
-mosaic train --model "$WORK/stage1" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/warmup" --preset warmup "${SET[@]}"
+mosaic train --model "$WORK/stage1" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/warmup" --preset warmup "${SET[@]}" \
+  --set mlm.max_steps="$WARMUP_STEPS" --set mlm.log_every=20
 mosaic eval --out "$WORK/report" --beir "$SHARED/scifact" --heldout "$PAIRS" "${COLS[@]}" --pool 2000 \
   --model base=offline:all-MiniLM-L6-v2 --model stage1="$WORK/stage1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \

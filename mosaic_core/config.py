@@ -150,6 +150,17 @@ class StageConfig(_Frozen):
     checkpoint_every: int = Field(200, gt=0, description="Optimizer steps between checkpoints.")
     log_every: int = Field(10, gt=0)
     eval_every: int | None = Field(None, gt=0, description="Steps between held-out evaluations (None: at the end).")
+    mlm_target: float | None = Field(
+        None, gt=0.0, lt=1.0, description="mlm warm-up only: stop once the MLM loss, averaged over the last "
+        "log_every steps, is below this fraction of ln|V_D| (a uniform guess over the domain vocabulary); "
+        "max_steps/epochs still cap the stage.")
+
+    @model_validator(mode="after")
+    def _target_needs_warmup(self) -> StageConfig:
+        if self.mlm_target is not None and self.kind != "mlm":
+            raise ValueError(f"stage {self.name!r}: mlm_target stops the mlm warm-up; a {self.kind} stage has none "
+                             f"(set it for the warm-up stage only, e.g. --set mlm.mlm_target=0.7)")
+        return self
 
     @property
     def uses_mlm(self) -> bool:
@@ -163,8 +174,11 @@ def _stages(*specs: tuple[str, str, dict]) -> tuple[StageConfig, ...]:
 PRESETS: dict[str, tuple[StageConfig, ...]] = {
     # The paper: joint domain-restricted MLM + contrastive, then contrastive only.
     "paper": _stages(("joint", "joint", {}), ("contrastive", "contrastive", {})),
-    # Seed 003's domain warm-up first: needed when the base ships no MLM head.
-    "warmup": _stages(("mlm", "mlm", {"lr": 5e-4}), ("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    # Seed 003's domain warm-up first (needed when the base ships no MLM head): until the MLM loss
+    # is below 0.85·ln|V_D| (about what knowing the domain tokens' frequencies alone gives on the biomed
+    # abstracts: docs/benchmarks.md), at most 10 epochs; a constant rate, the stop step being unknown.
+    "warmup": _stages(("mlm", "mlm", {"lr": 5e-4, "schedule": "constant", "mlm_target": 0.85, "epochs": 10}),
+                      ("joint", "joint", {}), ("contrastive", "contrastive", {})),
     # Ablations (paper Table 4/5).
     **{f"alpha-{a}": _stages(("joint", "joint", {"alpha": a}), ("contrastive", "contrastive", {}))
        for a in (0.1, 0.2, 0.3, 0.4, 0.5)},

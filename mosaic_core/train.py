@@ -18,6 +18,7 @@ import os
 import random
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +62,11 @@ class StageResult:
     evals: list[dict] = field(default_factory=list)
     domain_vocab: int = 0
     world: int = 1
+    stop_reason: str = "steps"
+    """``steps`` (max_steps or the epochs ran out) or ``mlm_target`` (the warm-up reached its target)."""
+    mlm_target_loss: float | None = None
+    mlm_frequency_entropy: float | None = None
+    """The MLM stage's reference point: the loss of predicting domain tokens from their frequencies alone."""
 
 
 # -- distributed ------------------------------------------------------------------------------
@@ -209,6 +215,32 @@ def _freeze_for_warmup(model: DualEncoder, domain_ids: torch.Tensor) -> None:
     weight.register_hook(lambda g: g * keep)
 
 
+def _means(window: deque) -> dict[str, float]:
+    """Each logged quantity averaged over the window's steps."""
+    return {k: sum(w[k] for w in window) / len(window) for k in window[0]}
+
+
+def _mlm_mean(window: deque, world: int) -> float:
+    """Mean MLM loss over the window, averaged across ranks so every rank takes the same decision."""
+    mean = torch.tensor(_means(window)["mlm"], dtype=torch.float64)
+    if world > 1:
+        torch.distributed.all_reduce(mean)
+        mean /= world
+    return float(mean)
+
+
+def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_length: int,
+                      sample: int = 2000) -> float:
+    """Entropy (nats) of the domain tokens' frequencies in the first ``sample`` documents: the MLM
+    loss of a head that knows which domain tokens are common but reads no context (ln|V_D| is the
+    loss of a uniform guess). The warm-up logs both, so its loss curve can be read against them."""
+    ids = tokenizer(docs[:sample], truncation=True, max_length=max_length)["input_ids"]
+    counts = torch.bincount(torch.tensor([i for row in ids for i in row], dtype=torch.long),
+                            minlength=int(domain_ids.max()) + 1)[domain_ids].double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
 def read_domain_ids(model_dir: str) -> torch.Tensor | None:
     path = Path(model_dir) / DOMAIN_IDS
     return torch.tensor(json.loads(path.read_text()), dtype=torch.long) if path.is_file() else None
@@ -274,6 +306,17 @@ def train_stage(
                               num_training_steps=total)
     ckpt_dir = out_dir / "checkpoints"
     step, resumed_from = 0, None
+    # Logged values are means over the last log_every steps (the window); the warm-up's stop rule:
+    # the window's mean MLM loss below mlm_target·ln|V_D|.
+    target = stage.mlm_target * math.log(len(domain_ids)) if stage.mlm_target is not None else None
+    reference = None
+    if stage.kind == "mlm":
+        reference = frequency_entropy(tokenizer, [p[1] for p in pairs], domain_ids, stage.document_max_length)
+        log.info("stage %s: MLM loss of a uniform guess ln|V_D| = %.3f, of domain-token frequencies alone %.3f "
+                 "(%.2f·ln|V_D|)%s", stage.name, math.log(len(domain_ids)), reference,
+                 reference / math.log(len(domain_ids)), "" if target is None else f"; target {target:.3f}")
+    window: deque = deque(maxlen=stage.log_every)
+    stop_reason = "steps"
     state = load_latest_checkpoint(ckpt_dir, fingerprint)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -281,6 +324,7 @@ def train_stage(
         scheduler.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         step = resumed_from = state["step"]
+        window.extend(state["window"])
         log.info("stage %s: resuming from checkpoint at step %d of %d", stage.name, step, total)
 
     mlm_domain = dev_domain if stage.mlm_tokens == "domain" else None
@@ -332,18 +376,22 @@ def train_stage(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        last = {**losses, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+        window.append({**losses, "grad_norm": grad_norm})
+        if target is not None and len(window) == window.maxlen and _mlm_mean(window, world) < target:
+            stop_reason = "mlm_target"
+        done = step == total or stop_reason == "mlm_target"
+        last = {**_means(window), "lr": scheduler.get_last_lr()[0]}
         bar.update(1)
         bar.set_postfix(loss=f"{losses['total']:.3f}", mlm=f"{losses['mlm']:.3f}", refresh=False)
         record = None
-        if step % stage.log_every == 0 or step == total:
+        if step % stage.log_every == 0 or done:
             now = time.perf_counter()
             record = {"step": step, **last, "pairs_per_s": window_pairs / max(now - window_t, 1e-9)}
             window_pairs, window_t = 0, now
-            log.info("stage %s step %d/%d: loss %.4f (mlm %.4f, contrastive %.4f), grad-norm %.3f, lr %.2e",
-                     stage.name, step, total, losses["total"], losses["mlm"], losses["contrastive"], grad_norm,
-                     last["lr"])
-        if eval_fn is not None and rank == 0 and (step == total or (stage.eval_every and step % stage.eval_every == 0)):
+            log.info("stage %s step %d/%d: loss %.4f (mlm %.4f, contrastive %.4f), grad-norm %.3f, lr %.2e "
+                     "(means of the last %d steps)", stage.name, step, total, last["total"], last["mlm"],
+                     last["contrastive"], last["grad_norm"], last["lr"], len(window))
+        if eval_fn is not None and rank == 0 and (done or (stage.eval_every and step % stage.eval_every == 0)):
             metrics = {"step": step, **eval_fn(model)}
             evals.append(metrics)
             record = {**(record or {"step": step, **last}), "eval": metrics}
@@ -351,17 +399,30 @@ def train_stage(
         if record is not None and rank == 0:
             with open(log_path, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
-        if rank == 0 and (step % stage.checkpoint_every == 0) and step < total:
+        if rank == 0 and (step % stage.checkpoint_every == 0) and not done:
             save_checkpoint(ckpt_dir, step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                              "scheduler": scheduler.state_dict(), "step": step,
-                                             "rng": _rng_state(), "fingerprint": fingerprint})
+                                             "rng": _rng_state(), "window": list(window),
+                                             "fingerprint": fingerprint})
         if fail_at_step is not None and step == fail_at_step:
             bar.close()
             raise InjectedFailure(f"stage {stage.name}: injected failure after step {step}")
+        if done:
+            break
     bar.close()
+    if target is not None:
+        mean = last["mlm"]
+        if stop_reason == "mlm_target":
+            log.info("stage %s: MLM loss %.3f below its target %.3f (%.2f·ln|V_D|) after %d steps",
+                     stage.name, mean, target, stage.mlm_target, step)
+        else:
+            log.warning("stage %s: ran its %d steps with the MLM loss at %.3f, not below its target %.3f "
+                        "(%.2f·ln|V_D|); the joint stage's MLM term starts near chance: raise max_steps or lr",
+                        stage.name, step, mean, target, stage.mlm_target)
 
     result = StageResult(stage.name, str(out_dir), step, len(pairs), time.perf_counter() - t0, resumed_from,
-                         head_loaded, last, evals, 0 if domain_ids is None else len(domain_ids), world)
+                         head_loaded, last, evals, 0 if domain_ids is None else len(domain_ids), world,
+                         stop_reason, target, reference)
     if rank == 0:
         model.to("cpu")
         save_model(model, resolved, out_dir)

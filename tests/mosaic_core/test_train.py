@@ -13,6 +13,7 @@ from mosaic_core.train import (
     BatchPlan,
     InjectedFailure,
     StageInputError,
+    frequency_entropy,
     heldout_retrieval,
     read_domain_ids,
     train_stage,
@@ -111,6 +112,56 @@ def test_mlm_warmup_trains_only_domain_rows_and_head_and_lowers_the_loss(stage1,
     assert result.domain_vocab == len(domain)
 
 
+def test_mlm_warmup_stops_at_the_first_step_its_loss_is_below_target_and_resumes_to_the_same_step(stage1, tmp_path):
+    import math
+    cfg = stage(name="mlm", kind="mlm", lr=5e-3, max_steps=16, mlm_probability=0.5, warmup_ratio=0.0,
+                checkpoint_every=1, schedule="constant")
+    uncapped = train_stage(str(stage1), PAIRS, cfg, tmp_path / "uncapped", progress=False)  # logs every step
+    assert uncapped.stop_reason == "steps" and uncapped.steps == 16 and uncapped.mlm_target_loss is None
+    mlm = [json.loads(x)["mlm"] for x in (tmp_path / "uncapped" / "train_log.jsonl").read_text().splitlines()]
+    means = {s: (mlm[s - 2] + mlm[s - 1]) / 2 for s in range(2, 17)}  # the two-step window ending at step s
+    # A target the run first crosses after a few steps: just under the best window mean of steps 2-5.
+    target = min(means[s] for s in range(2, 6)) - 1e-3
+    expected = next((s for s in range(6, 17) if means[s] < target), None)
+    assert expected is not None, means  # the loss kept falling
+    fraction = target / math.log(uncapped.domain_vocab)
+    capped = cfg.model_copy(update={"mlm_target": fraction, "log_every": 2})  # the window: 2 steps
+    with pytest.raises(InjectedFailure):  # a crash between two steps of the window
+        train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", fail_at_step=expected - 1,
+                    progress=False)
+    result = train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", progress=False)
+    assert result.resumed_from == expected - 1  # the window restored from the checkpoint holds its step
+    assert (result.stop_reason, result.steps) == ("mlm_target", expected)
+    assert result.mlm_target_loss == pytest.approx(target)
+    log = [json.loads(x) for x in (tmp_path / "target" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == expected  # the stop step is logged even off the log_every grid
+    assert json.loads((tmp_path / "target" / "stage.json").read_text())["result"]["stop_reason"] == "mlm_target"
+
+
+def test_frequency_entropy_counts_domain_tokens_only(stage1):
+    import math
+
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(str(stage1))
+    domain = read_domain_ids(str(stage1))
+    words = ["immunotherapy", "cardiomyopathy"]
+    ids = [tokenizer.convert_tokens_to_ids(w) for w in words]
+    assert all(i in domain.tolist() for i in ids), "both words are single domain tokens after stage 1"
+    docs = ["the immunotherapy and the immunotherapy", "of cardiomyopathy"]  # 'the', 'and', 'of' are base tokens
+    expected = -(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3))
+    assert frequency_entropy(tokenizer, docs, domain, 64) == pytest.approx(expected)
+    assert frequency_entropy(tokenizer, docs[:1], domain, 64) == pytest.approx(0.0)
+
+
+def test_a_warmup_target_short_of_its_steps_is_reported(stage1, tmp_path, caplog):
+    import math
+    cfg = stage(name="mlm", kind="mlm", max_steps=3, mlm_target=0.01)
+    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    assert (result.stop_reason, result.steps) == ("steps", 3)
+    assert "not below its target" in caplog.text
+    assert 0 < result.mlm_frequency_entropy < math.log(result.domain_vocab)
+
+
 def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_path, monkeypatch):
     import mosaic_core.train as train
 
@@ -171,3 +222,6 @@ def test_presets_and_validation():
         TrainConfig.preset("nope")
     with pytest.raises(ValueError, match="unique"):
         TrainConfig(stages=(stage(), stage()))
+    with pytest.raises(ValueError, match="mlm_target stops the mlm warm-up"):
+        stage(mlm_target=0.8)
+    assert TrainConfig.preset("warmup").stages[0].mlm_target == 0.85
