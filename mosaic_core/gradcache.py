@@ -9,6 +9,9 @@ be split into accumulation steps. Gradient caching (Gao et al., 2021) does it ex
 3. re-run each chunk with graphs (RNG restored, so dropout masks repeat) and backpropagate
    ``sum(embedding * cached_gradient)`` plus the chunk's share of the MLM loss.
 
+A batch that is one chunk takes one plain forward and backward pass instead (same gradients,
+no extra no-grad forward).
+
 The parameter gradients equal those of one big-batch step (to float tolerance); peak memory
 is that of one chunk plus the ``[B, d]`` embeddings.
 """
@@ -53,6 +56,8 @@ def joint_backward(
     Returns the loss components as floats.
     """
     n = batch["query_ids"].shape[0]
+    if chunk_size >= n:  # one chunk: caching would buy no memory for its extra no-grad forward
+        return _plain_backward(model, batch, loss_fn, domain_ids, use_mlm)
     spans = [(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
     n_masked = int((batch["labels"] != IGNORE).sum()) if use_mlm else 0
     device = batch["query_ids"].device
@@ -85,6 +90,22 @@ def joint_backward(
         surrogate.backward()
     return {"contrastive": contrastive.item(), "mlm": mlm_total,
             "total": contrastive.item() + loss_fn.alpha * mlm_total}
+
+
+def _plain_backward(model: DualEncoder, batch: dict[str, torch.Tensor], loss_fn: JointLoss,
+                    domain_ids: torch.Tensor | None, use_mlm: bool) -> dict[str, float]:
+    """The whole batch in one forward and one backward pass."""
+    q = model.embed(batch["query_ids"], batch["query_mask"])
+    mlm = None
+    if use_mlm:
+        d, states, targets = model.forward_docs(batch["doc_ids"], batch["doc_mask"], batch["labels"])
+        if len(targets):
+            mlm = _mlm(model, states, targets, domain_ids)
+    else:
+        d = model.embed(batch["doc_ids"], batch["doc_mask"])
+    out = loss_fn(q, d, mlm)
+    out["total"].backward()
+    return {k: v.item() for k, v in out.items()}
 
 
 def mlm_backward(model: DualEncoder, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
