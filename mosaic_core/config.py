@@ -175,7 +175,7 @@ PRESETS: dict[str, tuple[StageConfig, ...]] = {
     # The paper: joint domain-restricted MLM + contrastive, then contrastive only.
     "paper": _stages(("joint", "joint", {}), ("contrastive", "contrastive", {})),
     # Seed 003's domain warm-up first (needed when the base ships no MLM head): until the MLM loss
-    # is below 0.85·ln|V_D| (about what knowing the domain tokens' frequencies alone gives on the biomed
+    # is below 0.85·ln|V_D| (knowing the domain tokens' frequencies alone gives 0.84–0.85 on the biomed
     # abstracts: docs/benchmarks.md), at most 10 epochs; a constant rate, the stop step being unknown.
     "warmup": _stages(("mlm", "mlm", {"lr": 5e-4, "schedule": "constant", "mlm_target": 0.85, "epochs": 10}),
                       ("joint", "joint", {}), ("contrastive", "contrastive", {})),
