@@ -349,6 +349,9 @@ def train_stage(
     window_pairs, window_t = 0, time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"stage {stage.name}", unit="step",
                disable=not progress or rank != 0, dynamic_ncols=True)
+    use_mlm = stage.kind == "joint" and stage.alpha > 0
+    # The loss terms this stage computes: the bar and the log show only these.
+    terms = [t for t, on in (("mlm", use_mlm or stage.kind == "mlm"), ("contrastive", stage.kind != "mlm")) if on]
     while step < total:
         losses = {"total": 0.0, "mlm": 0.0, "contrastive": 0.0}
         for micro in range(stage.accumulation):
@@ -361,8 +364,7 @@ def train_stage(
                 if stage.kind == "mlm":
                     parts = mlm_backward(model, batch, mlm_domain, chunk)
                 else:
-                    parts = joint_backward(model, batch, loss_fn, mlm_domain, chunk,
-                                           use_mlm=stage.kind == "joint" and stage.alpha > 0)
+                    parts = joint_backward(model, batch, loss_fn, mlm_domain, chunk, use_mlm=use_mlm)
             for k in losses:
                 losses[k] += parts[k] / stage.accumulation
             window_pairs += len(mine) * world
@@ -382,15 +384,15 @@ def train_stage(
         done = step == total or stop_reason == "mlm_target"
         last = {**_means(window), "lr": scheduler.get_last_lr()[0]}
         bar.update(1)
-        bar.set_postfix(loss=f"{losses['total']:.3f}", mlm=f"{losses['mlm']:.3f}", refresh=False)
+        bar.set_postfix(loss=f"{losses['total']:.3f}", **{t: f"{losses[t]:.3f}" for t in terms}, refresh=False)
         record = None
         if step % stage.log_every == 0 or done:
             now = time.perf_counter()
             record = {"step": step, **last, "pairs_per_s": window_pairs / max(now - window_t, 1e-9)}
             window_pairs, window_t = 0, now
-            log.info("stage %s step %d/%d: loss %.4f (mlm %.4f, contrastive %.4f), grad-norm %.3f, lr %.2e "
-                     "(means of the last %d steps)", stage.name, step, total, last["total"], last["mlm"],
-                     last["contrastive"], last["grad_norm"], last["lr"], len(window))
+            log.info("stage %s step %d/%d: loss %.4f (%s), grad-norm %.3f, lr %.2e (means of the last %d steps)",
+                     stage.name, step, total, last["total"], ", ".join(f"{t} {last[t]:.4f}" for t in terms),
+                     last["grad_norm"], last["lr"], len(window))
         if eval_fn is not None and rank == 0 and (done or (stage.eval_every and step % stage.eval_every == 0)):
             metrics = {"step": step, **eval_fn(model)}
             evals.append(metrics)

@@ -225,3 +225,18 @@ def test_presets_and_validation():
     with pytest.raises(ValueError, match="mlm_target stops the mlm warm-up"):
         stage(mlm_target=0.8)
     assert TrainConfig.preset("warmup").stages[0].mlm_target == 0.85
+
+
+@pytest.mark.parametrize(("kind", "alpha", "shown"), [
+    ("joint", 0.3, ["mlm", "contrastive"]),
+    ("joint", 0.0, ["contrastive"]),
+    ("contrastive", 0.3, ["contrastive"]),
+    ("mlm", 0.3, ["mlm"]),
+])
+def test_the_step_log_names_only_the_terms_the_stage_computes(stage1, tmp_path, caplog, kind, alpha, shown):
+    caplog.set_level("INFO", logger="mosaic_core.train")
+    train_stage(str(stage1), PAIRS, stage(name=kind, kind=kind, alpha=alpha, max_steps=1), tmp_path / kind,
+                progress=False)
+    line = next(r.getMessage() for r in caplog.records if "step 1/1" in r.getMessage())
+    logged = [part.split()[0] for part in line.split("(")[1].split(")")[0].split(", ")]  # "(mlm 9.1, contrastive 0.4)"
+    assert logged == shown, line
