@@ -14,17 +14,12 @@ set -euo pipefail
 WORK=${1:-mosaic-warmup-comparison}
 STEPS=${2:-150}
 WARMUP_STEPS=${3:-600}
-SHARED=$(cd "$(dirname "$0")/../.." && pwd)/shared/data
-PAIRS=$SHARED/biomed/biomed_title_abstract.jsonl
-COLS=(--query-column title --document-column abstract)
-SET=(--set "max_steps=$STEPS" --set batch_size=32 --set document_max_length=128 --set checkpoint_every=1000)
+source "$(dirname "$0")/real_data.sh"
 
-mosaic vocab --corpus "$PAIRS" --columns title --columns abstract --base-model offline:all-MiniLM-L6-v2 \
-  --out "$WORK/stage1"
 mosaic train --model "$WORK/stage1" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
 mosaic train --model "$WORK/stage1" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/warmup" --preset warmup "${SET[@]}" \
   --set mlm.max_steps="$WARMUP_STEPS" --set mlm.log_every=20
-mosaic eval --out "$WORK/report" --beir "$SHARED/scifact" --heldout "$PAIRS" "${COLS[@]}" --pool 2000 \
+mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model base=offline:all-MiniLM-L6-v2 --model stage1="$WORK/stage1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model warmup+joint="$WORK/warmup/2-joint" --model warmup+joint+contrastive="$WORK/warmup/3-contrastive"
