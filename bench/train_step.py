@@ -126,7 +126,8 @@ def main() -> None:
         flops = {"contrastive": step_flops(model, domain_batch, None),
                  "joint": step_flops(model, domain_batch, len(domain)),
                  "all": step_flops(model, all_batch, len(tok))}
-        where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+        threads = f"CPU, {torch.get_num_threads()} threads"
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else threads
         print(f"{args.size} after stage 1: |V| = {len(tok):,}, |V_D| = {report.tokens_added:,}; batch {args.batch}, "
               f"query/doc tokens {domain_batch['query_ids'].shape[1]}/{domain_batch['doc_ids'].shape[1]}; "
               f"{where}, {'fp32' if dtype is None else 'bf16 autocast'}")

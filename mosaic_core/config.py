@@ -154,12 +154,18 @@ class StageConfig(_Frozen):
         None, gt=0.0, lt=1.0, description="mlm warm-up only: stop once the MLM loss, averaged over the last "
         "log_every steps, is below this fraction of ln|V_D| (a uniform guess over the domain vocabulary); "
         "max_steps/epochs still cap the stage.")
+    mlm_rows: bool = Field(
+        True, description="mlm warm-up only: train the domain rows of the embedding matrix with the head (they "
+        "are both the decoder's weights and the encoder's input); false trains the head's transform and bias "
+        "alone, so every embedding the encoder reads stays as stage 1 left it.")
 
     @model_validator(mode="after")
-    def _target_needs_warmup(self) -> StageConfig:
-        if self.mlm_target is not None and self.kind != "mlm":
-            raise ValueError(f"stage {self.name!r}: mlm_target stops the mlm warm-up; a {self.kind} stage has none "
-                             f"(set it for the warm-up stage only, e.g. --set mlm.mlm_target=0.7)")
+    def _warmup_fields_need_warmup(self) -> StageConfig:
+        if self.kind != "mlm":
+            for field, default in (("mlm_target", None), ("mlm_rows", True)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"stage {self.name!r}: {field} belongs to the mlm warm-up; a {self.kind} stage "
+                                     f"has none (set it for the warm-up stage only, e.g. --set mlm.{field}=...)")
         return self
 
     @property

@@ -204,10 +204,13 @@ def _param_groups(model: DualEncoder, weight_decay: float, decay_embeddings: boo
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _freeze_for_warmup(model: DualEncoder, domain_ids: torch.Tensor) -> None:
-    """MLM warm-up: the encoder is frozen except the domain rows of the embedding matrix."""
+def _freeze_for_warmup(model: DualEncoder, domain_ids: torch.Tensor, rows: bool) -> None:
+    """MLM warm-up: the encoder is frozen, except the domain rows of the embedding matrix when
+    ``rows``."""
     for p in model.encoder.parameters():
         p.requires_grad_(False)
+    if not rows:
+        return
     weight = model.encoder.get_input_embeddings().weight
     weight.requires_grad_(True)
     keep = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
@@ -292,7 +295,7 @@ def train_stage(
     model.to(device).train()
     dev_domain = domain_ids.to(device) if domain_ids is not None else None
     if stage.kind == "mlm":
-        _freeze_for_warmup(model, dev_domain)
+        _freeze_for_warmup(model, dev_domain, stage.mlm_rows)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(_param_groups(model, stage.weight_decay, stage.kind != "mlm"), lr=stage.lr)
 

@@ -112,6 +112,21 @@ def test_mlm_warmup_trains_only_domain_rows_and_head_and_lowers_the_loss(stage1,
     assert result.domain_vocab == len(domain)
 
 
+def test_head_only_warmup_leaves_every_encoder_weight_and_lowers_the_loss(stage1, tmp_path):
+    cfg = stage(name="mlm", kind="mlm", lr=2e-2, max_steps=25, mlm_probability=0.5, warmup_ratio=0.0,
+                mlm_rows=False)
+    train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    log = [json.loads(x) for x in (tmp_path / "mlm" / "train_log.jsonl").read_text().splitlines()]
+    assert sum(r["mlm"] for r in log[-5:]) / 5 < sum(r["mlm"] for r in log[:5]) / 5 - 0.3
+    before, after = weights(stage1), weights(tmp_path / "mlm")
+    for name in before:
+        assert torch.equal(after[name], before[name]), name  # embedding rows included
+    head_before, _ = build_model(str(stage1))
+    head_after, _ = build_model(str(tmp_path / "mlm"))
+    assert not torch.equal(head_after.head.dense.weight, head_before.head.dense.weight)
+    assert not torch.equal(head_after.head.bias, head_before.head.bias)
+
+
 def test_mlm_warmup_stops_at_the_first_step_its_loss_is_below_target_and_resumes_to_the_same_step(stage1, tmp_path):
     import math
     cfg = stage(name="mlm", kind="mlm", lr=5e-3, max_steps=16, mlm_probability=0.5, warmup_ratio=0.0,
@@ -222,8 +237,10 @@ def test_presets_and_validation():
         TrainConfig.preset("nope")
     with pytest.raises(ValueError, match="unique"):
         TrainConfig(stages=(stage(), stage()))
-    with pytest.raises(ValueError, match="mlm_target stops the mlm warm-up"):
+    with pytest.raises(ValueError, match="mlm_target belongs to the mlm warm-up"):
         stage(mlm_target=0.8)
+    with pytest.raises(ValueError, match="mlm_rows belongs to the mlm warm-up"):
+        stage(kind="contrastive", mlm_rows=False)
     assert TrainConfig.preset("warmup").stages[0].mlm_target == 0.85
 
 
