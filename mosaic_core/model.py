@@ -76,7 +76,9 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
     """(model, whether the MLM head came from the checkpoint).
 
     The head is taken, in order, from a MOSAIC stage output's ``mlm_head.safetensors``, from
-    the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (with a warning)."""
+    the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (with a warning).
+    Weights load in float32 whatever the checkpoint stores (many hub models ship fp16/bf16):
+    they are the optimizer's master weights; bf16 enters only through autocast."""
     from safetensors.torch import load_file
 
     from mosaic_core.vocab import masked_lm_with_head
@@ -85,13 +87,13 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
     st_pooling, _ = read_st_pooling(resolved)
     sidecar = Path(resolved) / HEAD_WEIGHTS
     if with_mlm and sidecar.is_file():
-        encoder = AutoModel.from_pretrained(resolved)
+        encoder = AutoModel.from_pretrained(resolved, dtype=torch.float32)
         cfg = json.loads((Path(resolved) / HEAD_CONFIG).read_text())
         head = MLMHead(encoder.config.hidden_size, encoder.get_input_embeddings().weight.shape[0], **cfg)
         head.load_state_dict(load_file(str(sidecar)))
         return DualEncoder(encoder, pooling or st_pooling or "mean", head), True
     mlm = masked_lm_with_head(resolved) if with_mlm else None
-    encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved)
+    encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved, dtype=torch.float32)
     cfg = encoder.config
     head = None
     if with_mlm:

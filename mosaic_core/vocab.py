@@ -363,14 +363,14 @@ def expand_mlm_bias(bias: torch.Tensor, piece_ids: Sequence[Sequence[int]]) -> t
 
 
 def masked_lm_with_head(resolved: str) -> torch.nn.Module | None:
-    """The checkpoint as ``*ForMaskedLM`` if it ships MLM head weights, else ``None``."""
+    """The checkpoint as ``*ForMaskedLM`` (float32) if it ships MLM head weights, else ``None``."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # a missing head is the answer we ask for, not a warning
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(resolved, output_loading_info=True)
+        model, info = AutoModelForMaskedLM.from_pretrained(resolved, dtype=torch.float32, output_loading_info=True)
     except ValueError:  # no masked-LM class for this architecture
         return None
     finally:

@@ -1,6 +1,6 @@
 import torch
 from builders import tiny_bert
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from mosaic_core.losses import IGNORE, domain_mlm_loss
 from mosaic_core.model import PairCollator, build_model
@@ -55,3 +55,15 @@ def test_all_token_collator_never_masks_specials_or_padding(tmp_path):
     unselected_real = (~selected) & (batch["doc_mask"] == 1)
     assert torch.isin(batch["doc_ids"][unselected_real], torch.tensor(tok.all_special_ids)).all()
     assert unselected_real.sum() == 4  # [CLS] and [SEP] of both documents
+
+
+def test_half_precision_checkpoints_load_as_float32_master_weights(tmp_path):
+    """Many hub checkpoints store fp16/bf16; training them in that dtype would lose AdamW's small updates."""
+    for mlm_head in (True, False):
+        path = tiny_bert(tmp_path / f"m{mlm_head}", mlm_head=mlm_head)
+        cls = AutoModelForMaskedLM if mlm_head else AutoModel
+        cls.from_pretrained(path).to(torch.bfloat16).save_pretrained(path)
+        assert cls.from_pretrained(path).dtype == torch.bfloat16  # transformers keeps the stored dtype
+        model, loaded = build_model(str(path))
+        assert loaded == mlm_head
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
