@@ -9,11 +9,13 @@ transform starts fresh and :func:`build_model` says so.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
@@ -162,15 +164,42 @@ class PairCollator:
         if self.domain_ids is not None:
             self._candidate[self.domain_ids] = True
             self._candidate &= ~self._special
+        self._encoders = {n: _fixed_encoder(self.tokenizer, n)
+                          for n in {self.query_max_length, self.document_max_length}}
 
-    def __call__(self, batch: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    def _encode(self, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        encoder = self._encoders[max_length]
+        if encoder is None:
+            enc = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            return enc["input_ids"], enc["attention_mask"]
+        rows = encoder.encode_batch(texts)
+        return (torch.from_numpy(np.array([r.ids for r in rows], dtype=np.int64)),
+                torch.from_numpy(np.array([r.attention_mask for r in rows], dtype=np.int64)))
+
+    def __call__(self, batch: list[tuple[str, str]],
+                 generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """Collate ``batch``; masks draw from ``generator`` (default: the collator's own)."""
         queries, docs = zip(*batch, strict=True)
-        q = self.tokenizer(list(queries), padding=True, truncation=True, max_length=self.query_max_length,
-                           return_tensors="pt")
-        d = self.tokenizer(list(docs), padding=True, truncation=True, max_length=self.document_max_length,
-                           return_tensors="pt")
-        candidates = self._candidate[d["input_ids"]] & d["attention_mask"].bool()
-        masked, labels = mask_tokens(d["input_ids"], candidates, self.tokenizer.mask_token_id, self._random_ids,
-                                     self.mlm_probability, self.generator)
-        return {"query_ids": q["input_ids"], "query_mask": q["attention_mask"],
-                "doc_ids": masked, "doc_mask": d["attention_mask"], "labels": labels}
+        query_ids, query_mask = self._encode(list(queries), self.query_max_length)
+        doc_ids, doc_mask = self._encode(list(docs), self.document_max_length)
+        candidates = self._candidate[doc_ids] & doc_mask.bool()
+        masked, labels = mask_tokens(doc_ids, candidates, self.tokenizer.mask_token_id, self._random_ids,
+                                     self.mlm_probability, generator or self.generator)
+        return {"query_ids": query_ids, "query_mask": query_mask, "doc_ids": masked, "doc_mask": doc_mask,
+                "labels": labels}
+
+
+def _fixed_encoder(tokenizer: PreTrainedTokenizerBase, max_length: int):
+    """A copy of ``tokenizer``'s Rust backend with truncation to ``max_length`` and padding to the
+    batch's longest built in: the ids of ``tokenizer(texts, padding=True, truncation=True,
+    max_length=...)`` without the Python wrapper's per-call cost (half the collation time of a
+    1,024-pair batch here; on a GPU the trainer waited on it). The copy's settings never change,
+    so it is safe in a prefetch thread. None when the tokenizer has no Rust backend."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    encoder = copy.deepcopy(backend)
+    encoder.enable_truncation(max_length, direction=tokenizer.truncation_side)
+    encoder.enable_padding(direction=tokenizer.padding_side, pad_id=tokenizer.pad_token_id,
+                           pad_type_id=tokenizer.pad_token_type_id, pad_token=tokenizer.pad_token)
+    return encoder

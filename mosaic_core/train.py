@@ -19,7 +19,8 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -244,6 +245,18 @@ def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_
     return float(-(p * p.log()).sum())
 
 
+def _prefetched(make: Callable[[int], dict], start: int, stop: int) -> Iterator[dict]:
+    """``make(start)``, ``make(start + 1)``, … ``make(stop - 1)``, each built in a background thread
+    while the caller trains on the one before (tokenisation releases the GIL), so the accelerator
+    does not wait on collation. Closing the iterator waits for the one batch in flight."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mosaic-collate") as pool:
+        pending = pool.submit(make, start) if start < stop else None
+        for g in range(start, stop):
+            current = pending.result()
+            pending = pool.submit(make, g + 1) if g + 1 < stop else None
+            yield current
+
+
 def read_domain_ids(model_dir: str) -> torch.Tensor | None:
     path = Path(model_dir) / DOMAIN_IDS
     return torch.tensor(json.loads(path.read_text()), dtype=torch.long) if path.is_file() else None
@@ -349,6 +362,16 @@ def train_stage(
         log_path.write_text("".join(ln + "\n" for ln in kept))
     evals: list[dict] = []
     last: dict[str, float] = {}
+
+    def make_batch(g: int) -> dict[str, torch.Tensor]:
+        """This rank's share of micro-batch ``g``, collated; masks are a function of (seed, g, rank)."""
+        idx = plan.indices(g)
+        mine = idx[rank * len(idx) // world:(rank + 1) * len(idx) // world]
+        batch = collate([pairs[i] for i in mine],
+                        torch.Generator().manual_seed(stage.seed * 1_000_003 + g * 1009 + rank))
+        return {k: v.pin_memory() for k, v in batch.items()} if device.type == "cuda" else batch
+
+    batches = _prefetched(make_batch, step * stage.accumulation, total * stage.accumulation)
     window_pairs, window_t = 0, time.perf_counter()
     bar = tqdm(total=total, initial=step, desc=f"stage {stage.name}", unit="step",
                disable=not progress or rank != 0, dynamic_ncols=True)
@@ -357,12 +380,8 @@ def train_stage(
     terms = [t for t, on in (("mlm", use_mlm or stage.kind == "mlm"), ("contrastive", stage.kind != "mlm")) if on]
     while step < total:
         losses = {"total": 0.0, "mlm": 0.0, "contrastive": 0.0}
-        for micro in range(stage.accumulation):
-            g = step * stage.accumulation + micro
-            idx = plan.indices(g)
-            mine = idx[rank * len(idx) // world:(rank + 1) * len(idx) // world]
-            collate.generator = torch.Generator().manual_seed(stage.seed * 1_000_003 + g * 1009 + rank)
-            batch = {k: v.to(device) for k, v in collate([pairs[i] for i in mine]).items()}
+        for _ in range(stage.accumulation):
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 if stage.kind == "mlm":
                     parts = mlm_backward(model, batch, mlm_domain, chunk)
@@ -370,7 +389,7 @@ def train_stage(
                     parts = joint_backward(model, batch, loss_fn, mlm_domain, chunk, use_mlm=use_mlm)
             for k in losses:
                 losses[k] += parts[k] / stage.accumulation
-            window_pairs += len(mine) * world
+            window_pairs += len(batch["query_ids"]) * world
         if stage.accumulation > 1:
             for p in params:
                 if p.grad is not None:
@@ -411,10 +430,12 @@ def train_stage(
                                              "fingerprint": fingerprint})
         if fail_at_step is not None and step == fail_at_step:
             bar.close()
+            batches.close()
             raise InjectedFailure(f"stage {stage.name}: injected failure after step {step}")
         if done:
             break
     bar.close()
+    batches.close()
     if target is not None:
         mean = last["mlm"]
         if stop_reason == "mlm_target":

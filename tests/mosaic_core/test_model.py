@@ -1,5 +1,6 @@
 import torch
-from builders import tiny_bert
+import pytest
+from builders import tiny_bert, tiny_encoder
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from mosaic_core.losses import IGNORE, domain_mlm_loss
@@ -55,6 +56,24 @@ def test_all_token_collator_never_masks_specials_or_padding(tmp_path):
     unselected_real = (~selected) & (batch["doc_mask"] == 1)
     assert torch.isin(batch["doc_ids"][unselected_real], torch.tensor(tok.all_special_ids)).all()
     assert unselected_real.sum() == 4  # [CLS] and [SEP] of both documents
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlmr"])
+def test_collator_encodes_exactly_as_the_tokenizer_call(tmp_path, family, monkeypatch):
+    """The collator's fixed Rust encoders give the ids and masks of tokenizer(padding, truncation, max_length),
+    truncated documents included; a tokenizer without a Rust backend takes the plain call."""
+    tok = AutoTokenizer.from_pretrained(tiny_encoder(tmp_path / "m", family))
+    pairs = [("the patient", " ".join(["the cells of a patient"] * 20)), ("cells", "a cell"), ("q", "")]
+    ref_q = tok([p[0] for p in pairs], padding=True, truncation=True, max_length=4, return_tensors="pt")
+    ref_d = tok([p[1] for p in pairs], padding=True, truncation=True, max_length=24, return_tensors="pt")
+    assert ref_d["input_ids"].shape[1] == 24 and ref_q["input_ids"].shape[1] == 4  # both really truncate
+    fast = PairCollator(tok, None, query_max_length=4, document_max_length=24, mlm_probability=0.0)(pairs)
+    monkeypatch.setattr(type(tok), "backend_tokenizer", None)
+    plain = PairCollator(tok, None, query_max_length=4, document_max_length=24, mlm_probability=0.0)(pairs)
+    for batch in (fast, plain):
+        for side, ref in (("query", ref_q), ("doc", ref_d)):
+            assert torch.equal(batch[f"{side}_ids"], ref["input_ids"])
+            assert torch.equal(batch[f"{side}_mask"], ref["attention_mask"])
 
 
 def test_half_precision_checkpoints_load_as_float32_master_weights(tmp_path):
