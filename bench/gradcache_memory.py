@@ -1,12 +1,13 @@
 """Gradient-caching benchmark: peak memory of a big contrastive batch, chunk by chunk.
 
-    python bench/gradcache_memory.py [--batch 128] [--chunk 16] [--doc-tokens 256]
+    python bench/gradcache_memory.py [--batch 128] [--chunk 16] [--doc-tokens 256] [--device cuda]
+                                     [--model offline:all-MiniLM-L6-v2] [--pairs FILE]
 
-Each configuration runs in a fresh process (peak RSS is per process): the offline MiniLM,
-a joint step (MLM + InfoNCE) on ``--batch`` real biomedical pairs. Prints the extra peak
-memory of one step above the loaded model for (batch B, whole batch at once), (batch B,
-chunks of c) and (batch c) — the chunk's own footprint — and the largest difference between
-the cached and the plain big-batch gradients.
+Each configuration runs in a fresh process (peak memory is per process): ``--model``, a
+joint step (MLM + InfoNCE) in fp32 on ``--batch`` real biomedical pairs. Prints the extra peak
+memory of one step above the loaded model (RSS on the CPU, allocated device memory on CUDA)
+for (batch B, whole batch at once), (batch B, chunks of c) and (batch c) — the chunk's own
+footprint — and the largest difference between the cached and the plain big-batch gradients.
 """
 
 from __future__ import annotations
@@ -20,37 +21,48 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
+
+from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
+from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
 
 
-def child(batch: int, chunk: int, doc_tokens: int, grads_out: str | None) -> None:
+def child(args: argparse.Namespace, batch: int, chunk: int, grads_out: str | None) -> None:
     import torch
     from transformers import AutoTokenizer
 
     from mosaic_core.gradcache import joint_backward
     from mosaic_core.losses import JointLoss
     from mosaic_core.model import PairCollator, build_model
-    from mosaic_core.models import OFFLINE_MODEL, resolve_model
+    from mosaic_core.models import resolve_model
 
     torch.manual_seed(0)
-    recs = [json.loads(line) for line in open(SHARED / "biomed" / "biomed_title_abstract.jsonl")]
-    pairs = [(r["title"], r["abstract"]) for r in recs if r.get("title") and r.get("abstract")][:batch]
-    tok = AutoTokenizer.from_pretrained(resolve_model(OFFLINE_MODEL))
-    # All-token masking: the offline model has no V_D of its own; the memory shape is the same.
-    data = PairCollator(tok, None, document_max_length=doc_tokens, generator=torch.Generator().manual_seed(0))(pairs)
-    model, _ = build_model(OFFLINE_MODEL)
-    model.eval()  # no dropout: the plain and cached gradients are compared exactly
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    device = torch.device(args.device)
+    pairs = read_title_abstract(args.pairs, batch)
+    tok = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    # All-token masking: the base model has no V_D of its own; the memory shape is the same.
+    data = PairCollator(tok, None, document_max_length=args.doc_tokens,
+                        generator=torch.Generator().manual_seed(0))(pairs)
+    model, _ = build_model(args.model)
+    model.to(device).eval()  # no dropout: the plain and cached gradients are compared exactly
+    data = {k: v.to(device) for k, v in data.items()}
+    if device.type == "cuda":
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     joint_backward(model, data, JointLoss(), None, chunk_size=chunk)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" \
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if grads_out:
-        torch.save({n: p.grad for n, p in model.named_parameters() if p.grad is not None}, grads_out)
-    print(json.dumps({"extra_mib": (peak - base) / 1024}))
+        torch.save({n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}, grads_out)
+    print(json.dumps({"extra_mib": (peak - base) / 2**20}))
 
 
-def run(batch: int, chunk: int, doc_tokens: int, grads_out: str | None = None) -> float:
-    out = subprocess.run([sys.executable, __file__, "--child", str(batch), str(chunk), str(doc_tokens),
-                          grads_out or ""], capture_output=True, text=True, check=True)
+def run(args: argparse.Namespace, batch: int, chunk: int, grads_out: str | None = None) -> float:
+    forward = ["--model", args.model, "--pairs", str(args.pairs), "--device", args.device,
+               "--doc-tokens", str(args.doc_tokens)]
+    out = subprocess.run([sys.executable, __file__, *forward, "--child", str(batch), str(chunk), grads_out or ""],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["extra_mib"]
 
 
@@ -59,25 +71,28 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--chunk", type=int, default=16)
     ap.add_argument("--doc-tokens", type=int, default=256)
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", help="cpu (peak RSS) or cuda (peak allocated device memory)")
+    ap.add_argument("--model", default=OFFLINE_MODEL, help="base model: hub id, local folder or the offline alias")
+    ap.add_argument("--pairs", type=Path, default=PAIRS, help="JSON lines with title and abstract")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        b, c, t, g = args.child
-        return child(int(b), int(c), int(t), g or None)
-    if not (SHARED / "biomed").exists():
-        sys.exit("this benchmark needs ../shared/data/biomed")
+        b, c, g = args.child
+        return child(args, int(b), int(c), g or None)
+    read_title_abstract(args.pairs, 1)  # a missing file stops here, not in a child process
     import tempfile
 
     import torch
 
     with tempfile.TemporaryDirectory() as tmp:
-        plain = run(args.batch, args.batch, args.doc_tokens, f"{tmp}/plain.pt")
-        cached = run(args.batch, args.chunk, args.doc_tokens, f"{tmp}/cached.pt")
-        small = run(args.chunk, args.chunk, args.doc_tokens)
+        plain = run(args, args.batch, args.batch, f"{tmp}/plain.pt")
+        cached = run(args, args.batch, args.chunk, f"{tmp}/cached.pt")
+        small = run(args, args.chunk, args.chunk)
         a, b = torch.load(f"{tmp}/plain.pt"), torch.load(f"{tmp}/cached.pt")
         diff = max(float((a[n] - b[n]).abs().max()) for n in a)
         scale = max(float(a[n].abs().max()) for n in a)
-    print(f"offline MiniLM, joint step, doc tokens {args.doc_tokens}, fp32, peak RSS above the loaded model:")
+    what = "peak allocated device memory" if args.device.startswith("cuda") else "peak RSS"
+    print(f"{args.model}, joint step, doc tokens {args.doc_tokens}, fp32, {what} above the loaded model:")
     print(f"batch {args.batch:4d}, one pass        {plain:8.0f} MiB  (baseline)")
     print(f"batch {args.batch:4d}, chunks of {args.chunk:3d}  {cached:8.0f} MiB  ratio {cached / plain:.2f}")
     print(f"batch {args.chunk:4d}, one pass        {small:8.0f} MiB  ratio {small / plain:.2f} (the chunk's footprint)")

@@ -3,11 +3,12 @@ with throughput and, on a GPU, model FLOPs utilisation.
 
     python bench/train_step.py [--size minilm|bert-base] [--batch 32] [--steps 3] [--corpus-pairs 2000]
                                [--device cuda] [--precision auto|fp32|bf16] [--peak-tflops 989]
+                               [--model offline:all-MiniLM-L6-v2] [--pairs FILE]
 
-The model is the offline MiniLM after stage 1 on real biomedical pairs (so V_D is real), or a
-randomly initialised BERT-base-size encoder (12 × 768) over the same expanded vocabulary. Same
-batch, same lengths (64 / 256) for every mode; each timing is the best of ``--steps``
-forward+backward passes through :func:`mosaic_core.gradcache.joint_backward` with one chunk,
+The model is ``--model`` (the offline MiniLM by default) after stage 1 on real biomedical pairs
+(so V_D is real), or a randomly initialised BERT-base-size encoder (12 × 768) over the same
+expanded vocabulary. Same batch, same lengths (64 / 256) for every mode; each timing is the
+best of ``--steps`` forward+backward passes through :func:`mosaic_core.gradcache.joint_backward` with one chunk,
 under the trainer's autocast. Prints joint/contrastive (domain-restricted MLM) and the
 all-token MLM ratio beside it, tokens/s (padded positions, queries + documents) and achieved
 TFLOP/s; MFU when the device's peak is known (H100/H200 bf16 dense: 989 TFLOP/s) or given.
@@ -26,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 
 import torch  # noqa: E402
 from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
@@ -38,6 +38,7 @@ from mosaic_core.model import DualEncoder, PairCollator, build_model  # noqa: E4
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 from mosaic_core.train import DOMAIN_IDS  # noqa: E402
 from mosaic_core.vocab import build_expanded_model  # noqa: E402
+from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0}
 
@@ -87,7 +88,10 @@ def best_steps(model, modes: dict, steps: int, device: torch.device, dtype) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", choices=("minilm", "bert-base"), default="minilm")
+    ap.add_argument("--size", choices=("minilm", "bert-base"), default="minilm",
+                    help="minilm: --model itself after stage 1; bert-base: a random 12x768 encoder over its vocabulary")
+    ap.add_argument("--model", default=OFFLINE_MODEL, help="base model: hub id, local folder or the offline alias")
+    ap.add_argument("--pairs", type=Path, default=PAIRS, help="JSON lines with title and abstract")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--corpus-pairs", type=int, default=2000)
@@ -97,25 +101,21 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's peak for this precision, for MFU (default: known H100/H200 bf16 peak)")
     args = ap.parse_args()
-    path = SHARED / "biomed" / "biomed_title_abstract.jsonl"
-    if not path.exists():
-        sys.exit(f"{path} not found: this benchmark needs ../shared/data")
     device = torch.device(args.device)
     dtype = resolve_precision(args.precision, device)
     peak = args.peak_tflops
     if peak is None and device.type == "cuda" and dtype == torch.bfloat16:
         name = torch.cuda.get_device_name(device)
         peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    recs = [json.loads(line) for line in open(path)]
-    recs = [r for r in recs if r.get("title") and r.get("abstract")]
-    texts = [t for r in recs[: args.corpus_pairs] for t in (r["title"], r["abstract"])]
+    pairs = read_title_abstract(args.pairs, max(args.corpus_pairs, args.batch))
+    texts = [t for p in pairs[: args.corpus_pairs] for t in p]
     with tempfile.TemporaryDirectory() as tmp:
         stage1 = Path(tmp) / "stage1"
-        report = build_expanded_model(OFFLINE_MODEL, texts, stage1)
+        report = build_expanded_model(args.model, texts, stage1)
         model_dir = stage1 if args.size == "minilm" else bert_base_over(stage1, Path(tmp) / "bert-base")
         domain = torch.tensor(json.loads((stage1 / DOMAIN_IDS).read_text()))
         tok = AutoTokenizer.from_pretrained(stage1)
-        pairs = [(r["title"], r["abstract"]) for r in recs[: args.batch]]
+        pairs = pairs[: args.batch]
         domain_batch = PairCollator(tok, domain, generator=torch.Generator().manual_seed(0))(pairs)
         all_batch = PairCollator(tok, None, generator=torch.Generator().manual_seed(0))(pairs)
         model, _ = build_model(str(model_dir))
@@ -128,7 +128,8 @@ def main() -> None:
                  "all": step_flops(model, all_batch, len(tok))}
         threads = f"CPU, {torch.get_num_threads()} threads"
         where = torch.cuda.get_device_name(device) if device.type == "cuda" else threads
-        print(f"{args.size} after stage 1: |V| = {len(tok):,}, |V_D| = {report.tokens_added:,}; batch {args.batch}, "
+        name = args.size if args.size == "bert-base" else args.model
+        print(f"{name} after stage 1: |V| = {len(tok):,}, |V_D| = {report.tokens_added:,}; batch {args.batch}, "
               f"query/doc tokens {domain_batch['query_ids'].shape[1]}/{domain_batch['doc_ids'].shape[1]}; "
               f"{where}, {'fp32' if dtype is None else 'bf16 autocast'}")
         print(f"masked positions: domain {int((domain_batch['labels'] != IGNORE).sum())}, "
