@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
@@ -27,6 +25,7 @@ import torch  # noqa: E402
 from mosaic_core.consistency import consistency_filter  # noqa: E402
 from mosaic_core.encode import Encoder  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
+from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
 
 
 def timed(fn):
@@ -43,12 +42,7 @@ def main() -> None:
     ap.add_argument("--model", default=OFFLINE_MODEL)
     ap.add_argument("--index-size", type=int, default=100_000, help="synthetic vectors for the search timing")
     args = ap.parse_args()
-    path = SHARED / "biomed" / "biomed_title_abstract.jsonl"
-    if not path.exists():
-        sys.exit(f"{path} not found: this benchmark needs ../shared/data")
-    records = [json.loads(line) for line in open(path)]
-    records = [r for r in records if r.get("title") and r.get("abstract")][: args.n]
-    queries, docs = [r["title"] for r in records], [r["abstract"] for r in records]
+    queries, docs = map(list, zip(*read_title_abstract(PAIRS, args.n), strict=True))
     print(f"{len(docs)} real abstracts, max length {args.max_length}, batch {args.batch_size}, "
           f"{torch.get_num_threads()} threads, model {args.model}")
 

@@ -32,15 +32,17 @@ from mosaic_core.encode import resolve_precision  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 from mosaic_core.train import train_stage  # noqa: E402
 from mosaic_core.vocab import build_expanded_model  # noqa: E402
+from storage.pairs_io import CorpusError, read_pairs  # noqa: E402
 
 LOG_EVERY = 5
 
 
 def read_title_abstract(path: Path, limit: int) -> list[tuple[str, str]]:
-    if not path.exists():
-        sys.exit(f"{path} not found: pass --pairs FILE (JSON lines with title and abstract)")
-    recs = [json.loads(line) for line in open(path)]
-    return [(r["title"], r["abstract"]) for r in recs if r.get("title") and r.get("abstract")][:limit]
+    """The first ``limit`` usable (title, abstract) pairs of ``path``, read as ``mosaic train`` reads them."""
+    try:
+        return read_pairs(str(path), "title", "abstract")[0][:limit]
+    except CorpusError as e:
+        sys.exit(f"{e}: pass --pairs FILE (JSON lines with title and abstract)")
 
 
 def main() -> None:
