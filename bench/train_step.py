@@ -19,7 +19,6 @@ parameters, T tokens, s padded length) plus 6·(d² + d·R) per masked position 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -36,9 +35,8 @@ from mosaic_core.gradcache import joint_backward  # noqa: E402
 from mosaic_core.losses import IGNORE, JointLoss  # noqa: E402
 from mosaic_core.model import DualEncoder, PairCollator, build_model  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
-from mosaic_core.train import DOMAIN_IDS  # noqa: E402
-from mosaic_core.vocab import build_expanded_model  # noqa: E402
-from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
+from mosaic_core.modeldir import copy_domain_ids, read_domain_ids  # noqa: E402
+from stage_throughput import PAIRS, bench_stage1, read_title_abstract  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0}
 
@@ -49,7 +47,7 @@ def bert_base_over(stage1: Path, out: Path) -> Path:
     BertModel(BertConfig(vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072, max_position_embeddings=512)).save_pretrained(out)
     tok.save_pretrained(out)
-    (out / DOMAIN_IDS).write_text((stage1 / DOMAIN_IDS).read_text())
+    copy_domain_ids(stage1, out)
     return out
 
 
@@ -111,9 +109,9 @@ def main() -> None:
     texts = [t for p in pairs[: args.corpus_pairs] for t in p]
     with tempfile.TemporaryDirectory() as tmp:
         stage1 = Path(tmp) / "stage1"
-        report = build_expanded_model(args.model, texts, stage1)
+        report = bench_stage1(args.model, texts, stage1)
         model_dir = stage1 if args.size == "minilm" else bert_base_over(stage1, Path(tmp) / "bert-base")
-        domain = torch.tensor(json.loads((stage1 / DOMAIN_IDS).read_text()))
+        domain = read_domain_ids(stage1)
         tok = AutoTokenizer.from_pretrained(stage1)
         pairs = pairs[: args.batch]
         domain_batch = PairCollator(tok, domain, generator=torch.Generator().manual_seed(0))(pairs)

@@ -259,7 +259,15 @@ def vocab(
     vocab_size: Annotated[
         Optional[int], typer.Option(help="Domain tokenizer size (default: the base vocabulary's).")
     ] = None,
-    min_frequency: Annotated[int, typer.Option(help="Minimum corpus frequency of a new token.")] = 2,
+    min_frequency: Annotated[int, typer.Option(help="Minimum corpus frequency of a domain-tokenizer token.")] = 2,
+    min_count: Annotated[int, typer.Option(help="Add a token only if the expanded tokenizer uses it at least this "
+                                           "often in the corpus.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Add at most this many tokens (the most saving).")] = None,
+    init: Annotated[str, typer.Option(help="New rows: 'distill' (mean of pieces, then trained to reproduce the base "
+                                      "model's embeddings) or 'mean'.")] = "distill",
+    distill_target: Annotated[str, typer.Option(help="Distillation target: pooled, tokens or both.")] = "pooled",
+    distill_steps: Annotated[Optional[int], typer.Option(help="Distillation steps at most (default: its epochs; "
+                                                         "held-out texts stop it earlier).")] = None,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
@@ -268,23 +276,35 @@ def vocab(
                                     "data root) uses, plus specials and single characters (seed 004).")
     ] = None,
 ) -> None:
-    """Stage 1: train a domain tokenizer and add its new tokens to the base model.
+    """Stage 1: train a domain tokenizer and add its useful new tokens to the base model.
 
     The domain tokenizer is of the base's kind (WordPiece for BERT, byte-level BPE for
-    RoBERTa/GPT-2, Unigram for XLM-R); its new tokens go into the base tokenizer's model, so
-    they are used mid-word too. Writes a model that SentenceTransformer/AutoModel load
-    directly, domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added,
-    fertility before/after, the reduction's saving).
+    RoBERTa/GPT-2, Unigram for XLM-R); of its tokens, those the corpus uses at least
+    --min-count times and that shorten the words they appear in go into the base tokenizer's
+    model, so they are used mid-word too. New rows start as the mean of their pieces and are
+    then distilled: trained, alone, so the expanded model reproduces the base model's
+    embeddings of the corpus. Writes a model that SentenceTransformer/AutoModel load directly,
+    domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added and rejected, the
+    trade-off per threshold, fertility, drift before/after distillation).
     """
+    from pydantic import ValidationError
+
     from flows.vocab import vocab_flow
 
-    cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
-                      text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
+    try:
+        cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
+                          min_count=min_count, max_tokens=max_tokens, init=init,
+                          distill={"target": distill_target, "max_steps": distill_steps},
+                          text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    from mosaic_core.modeldir import vocab_report_markdown
+
     report = vocab_flow(corpus, cfg, str(out.expanduser().resolve()))
-    Console().print((out / "vocab_report.md").read_text() if (out / "vocab_report.md").exists() else report)
+    Console().print(vocab_report_markdown(out) or report)
 
 
-def parse_overrides(items: list[str], stage_names: list[str]) -> tuple[dict, dict[str, dict]]:
+def parse_overrides(items: list[str]) -> tuple[dict, dict[str, dict]]:
     """``key=value`` (every stage) and ``stage.key=value`` (one stage) → (common, per stage)."""
     common: dict = {}
     per_stage: dict[str, dict] = {}
@@ -294,27 +314,18 @@ def parse_overrides(items: list[str], stage_names: list[str]) -> tuple[dict, dic
             raise typer.BadParameter(f"{item!r}: expected key=value or stage.key=value")
         parsed = None if value.lower() in ("none", "null") else value
         stage, dot, field = key.rpartition(".")
-        if dot and stage not in stage_names:
-            raise typer.BadParameter(f"{item!r}: no stage {stage!r} in this preset ({', '.join(stage_names)})")
         (per_stage.setdefault(stage, {}) if dot else common)[field] = parsed
     return common, per_stage
 
 
-def build_train_config(preset: str, overrides: list[str], heldout_pairs: int, query_column: str,
-                       document_column: str) -> TrainConfig:
-    from pydantic import ValidationError
+def build_train_config(preset: str, overrides: list[str], query_column: str, document_column: str,
+                       **run: object) -> TrainConfig:
 
-    from mosaic_core.config import PRESETS, StageConfig
-
-    if preset not in PRESETS:
-        raise typer.BadParameter(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
-    common, per_stage = parse_overrides(overrides, [s.name for s in PRESETS[preset]])
+    common, per_stage = parse_overrides(overrides)
     try:
-        stages = tuple(StageConfig.model_validate({**s.model_dump(), **common, **per_stage.get(s.name, {})})
-                       for s in PRESETS[preset])
-        return TrainConfig(stages=stages, heldout_pairs=heldout_pairs, query_column=query_column,
-                           document_column=document_column)
-    except ValidationError as exc:
+        return TrainConfig.preset(preset, common, per_stage, query_column=query_column,
+                                  document_column=document_column, **run)
+    except ValueError as exc:  # pydantic's ValidationError included
         raise typer.BadParameter(str(exc)) from exc
 
 
@@ -331,7 +342,13 @@ def train(
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Override a stage field: key=value for every stage, stage.key=value for one "
         "(e.g. --set batch_size=256 --set chunk_size=32 --set joint.max_steps=1000).")] = None,
-    heldout_pairs: Annotated[int, typer.Option(help="Pairs held out for the periodic retrieval check.")] = 256,
+    heldout_pairs: Annotated[int, typer.Option(help="Test pairs held out of training (what `mosaic eval "
+                                               "--heldout` scores).")] = 256,
+    validation_pairs: Annotated[int, typer.Option(help="Further pairs held out: each stage scores them every "
+                                                  "eval_every steps and keeps its best model.")] = 256,
+    merge: Annotated[Optional[list[float]], typer.Option(
+        help="WiSE-FT merge step: interpolate the last stage with the input model at this weight (repeatable; the "
+        "best on the validation pairs wins, 1.0 = no merge competes).")] = None,
     query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
     document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
     processes: Annotated[Optional[int], typer.Option(help="Data-parallel processes via torchrun "
@@ -339,12 +356,15 @@ def train(
 ) -> None:
     """Stages 2-3: joint domain-restricted MLM + contrastive, then contrastive only (or a preset).
 
-    Each stage saves a model that SentenceTransformer/AutoModel load directly. Completed stages
-    come from cache on a rerun; an interrupted stage resumes from its last checkpoint.
+    Each stage saves a model that SentenceTransformer/AutoModel load directly; with eval_every
+    set, the model of its best validation NDCG@10. Completed stages come from cache on a rerun;
+    an interrupted stage resumes from its last checkpoint. Hard negatives (--set
+    hard_negatives=N) come from the consistency filter, or are mined when a pairs file has none.
     """
     from flows.train import train_flow
 
-    cfg = build_train_config(preset, set_ or [], heldout_pairs, query_column, document_column)
+    cfg = build_train_config(preset, set_ or [], query_column, document_column, heldout_pairs=heldout_pairs,
+                             validation_pairs=validation_pairs, merge_weights=tuple(merge or ()))
     results = train_flow(model, pairs, cfg, str(out.expanduser().resolve()), processes)
     _print_stages(results)
 
@@ -516,23 +536,16 @@ def probe(
 def history(
     data_root: DataRoot = DEFAULT_ROOT,
     task: Annotated[Optional[str], typer.Option(help="Only this task.")] = None,
-    last: Annotated[int, typer.Option(help="Most recent N evaluation runs.")] = 10,
+    last: Annotated[int, typer.Option(help="Most recent N evaluation runs and publish decisions.")] = 10,
 ) -> None:
-    """Scores of past evaluations recorded in the data root's catalog, newest first."""
+    """Past evaluations and publish decisions recorded in the data root's catalog, newest first."""
     from storage.catalog import Catalog
     from storage.layout import DataLayout
 
     with Catalog(DataLayout(data_root)) as cat:
         cat.refresh()
-        rows = cat.rows(
-            """
-            WITH runs AS (SELECT run_id, max(evaluated_at) AS run_at FROM eval_history GROUP BY run_id
-                          ORDER BY run_at DESC LIMIT ?)
-            SELECT h.evaluated_at, h.run_id, h.model, h.task, h.metric, h.value, h.model_fingerprint
-            FROM eval_history h JOIN runs USING (run_id)
-            WHERE ? IS NULL OR h.task = ? ORDER BY h.evaluated_at DESC, h.task, h.model
-            """, [last, task, task])
-    if not rows:
+        rows, decisions = cat.eval_history(last, task), cat.decisions(last)
+    if not rows and not decisions:
         console.print(f"no evaluations recorded in {data_root}: run `mosaic eval --data-root {data_root}` first")
         raise typer.Exit(1)
     table = Table(title=f"Evaluation history ({data_root})")
@@ -541,17 +554,48 @@ def history(
     for at, run_id, m, t, metric, value, fp in rows:
         table.add_row(str(at)[:19], run_id, m, t, metric, f"{100 * value:.2f}", fp)
     Console().print(table)
+    published = Table(title="Publish decisions (models/current is the newest published row)")
+    for col in ("when (UTC)", "run", "published", "model", "why"):
+        published.add_column(col, overflow="fold")
+    for at, run_id, done, forced, candidate, path, message in decisions:
+        published.add_row(str(at)[:19], run_id, ("yes (forced)" if forced else "yes") if done else "no",
+                          path or candidate, message)
+    Console().print(published)
 
 
-def _pipeline_config(config: Path | None):
-    """The validated pipeline config (the demo without a file); exit 2 with the reasons if invalid."""
+@app.command()
+def publish(
+    run_or_model: Annotated[str, typer.Argument(help="A pipeline run id (see `mosaic history`) or a model "
+                                                "directory.")],
+    data_root: DataRoot = DEFAULT_ROOT,
+    force: Annotated[bool, typer.Option(help="Publish even though the run failed its gate, or a bare model "
+                                        "directory.")] = False,
+    reason: Annotated[str, typer.Option(help="Why, recorded with the decision.")] = "published by hand",
+) -> None:
+    """Publish a model as DATA_ROOT/models/current by hand: roll back to an earlier run's model, or
+    (with --force) publish one the publish gate turned down. The decision is recorded and shown by
+    `mosaic history`; the pipeline publishes what passes its gate by itself."""
+    from storage.published import PublishError
+    from tasks.publish import publish_by_hand
+
+    try:
+        record = publish_by_hand.fn(run_or_model, str(data_root.expanduser().resolve()), reason, force)
+    except PublishError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    Console().print(f"published {record['candidate']} as {record['published_path']} "
+                    f"(previous: {record['previous'] or 'none'})")
+
+
+def _pipeline_config(config: Path):
+    """The validated pipeline config; exit 2 with the reasons if invalid."""
     import yaml
     from pydantic import ValidationError
 
     from flows.rebuild import load_pipeline_config
 
     try:
-        return load_pipeline_config(str(config) if config else None)
+        return load_pipeline_config(str(config))
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
         raise typer.Exit(2) from exc
@@ -578,7 +622,8 @@ def serve(
     from deployments.rebuild import rebuild_deployment
 
     config_file = str(config.expanduser().resolve()) if config else None
-    _pipeline_config(config)  # validated before anything is registered
+    if config:
+        _pipeline_config(config)  # validated before anything is registered
     prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
 
 
@@ -587,21 +632,26 @@ def run(
     data_root: DataRoot = Path("mosaic-demo"),
     config: Annotated[Optional[Path], typer.Option(
         "--config", "-c", help="Pipeline YAML (sections base_model, ingest, filter, vocab, train, eval_tasks, "
-        "eval_pool; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
+        "eval_pool, gate; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
+    seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
+                                      "and texts).")] = 0,
 ) -> None:
-    """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation report.
+    """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation → publish gate.
 
-    With no --config it runs the built-in demo: the bundled PubMed sample and the offline
-    all-MiniLM-L6-v2 on CPU (a few minutes), ending with an adapted model and a report under
-    DATA_ROOT. Rerunning takes completed steps from cache and resumes a failed training stage.
+    With no --config it runs the built-in demo: a generated snapshot of an invented biomedical
+    sub-field (two dozen made-up drug and protein names) with the offline all-MiniLM-L6-v2 on
+    CPU (a few minutes), ending with an adapted model and a report under DATA_ROOT that compares
+    it with the base model on the held-out pairs and on finding documents about the invented
+    words from a description of what they do. Rerunning takes completed steps from cache and
+    resumes a failed training stage.
     """
+    from flows.demo import demo_flow
     from flows.ingest import IngestFailed
     from flows.pipeline import mosaic_pipeline
 
-    cfg = _pipeline_config(config)
     root = data_root.expanduser().resolve()
     try:
-        result = mosaic_pipeline(cfg, str(root))
+        result = mosaic_pipeline(_pipeline_config(config), str(root)) if config else demo_flow(str(root), seed)
     except IngestFailed as exc:
         _print_stats(root)
         console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
@@ -612,6 +662,9 @@ def run(
     _print_stages(result["stages"])
     out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])
     out.print(f"[green]adapted model:[/green] {result['final_model']}")
+    decision = result["decision"]
+    out.print(f"[{'green' if decision['published'] else 'yellow'}]{decision['message']}[/]")
+    out.print(f"[green]published model:[/green] {result['published_model'] or 'none yet'}")
     out.print(f"[green]report:[/green] {result['report']['html']}")
 
 

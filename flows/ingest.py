@@ -40,7 +40,7 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
             ingesting[ingest_file_for(local, cfg, root).submit(local, cfg, root)] = partition
     manifests = []
     bar_id = create_progress_artifact(0.0, key="ingest-progress", description="files ingested")
-    with tqdm(total=len(files), desc="ingest", unit="file", disable=not progress) as bar:
+    with tqdm(total=len(files), desc="ingest", unit="file", disable=None if progress else True) as bar:
         bar.update(len(failures))
         for fut in as_completed(list(ingesting)):
             result = fut.result(raise_on_failure=False)

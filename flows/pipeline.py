@@ -12,6 +12,7 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
 
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
@@ -20,12 +21,15 @@ from flows.runners import task_runner
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, EvalTaskSpec, PipelineConfig
+from tasks.publish import decide_and_publish, published_model
 
 
 @flow(name="mosaic_pipeline")
 def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     """Run the whole pipeline under ``data_root``; models go to ``data_root/models``, the
-    evaluation report to ``data_root/report``."""
+    evaluation report to ``data_root/report``. The final model is published
+    (``data_root/models/current``) only if the publish gate passes: not worse than the base
+    model, nor than the model published now, on the gate tasks."""
     root = Path(data_root)
     ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root)
     filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
@@ -36,15 +40,22 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     heldout = EvalTaskSpec(kind="heldout", name="heldout", path=data_root, heldout_pairs=cfg.train.heldout_pairs,
                            pool=cfg.eval_pool, query_column=cfg.train.query_column,
                            document_column=cfg.train.document_column)
-    models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages}}
+    final = stages[-1]["stage"]
+    published = published_model(data_root)
+    models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages},
+              **({"published": published} if published else {})}
     report = eval_flow(models, EvalConfig(tasks=(heldout, *cfg.eval_tasks)), str(root / "report"), data_root)
+    decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
+                                  ["base", *(["published"] if published else [])], cfg.gate_tasks(),
+                                  cfg.gate.tolerance, data_root, cfg.gate.publish)
     kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
     create_markdown_artifact(
         key="pipeline-summary",
         markdown=(f"**{kept:,} of {total:,} pairs** kept by the filter; **{vocab['tokens_added']:,} tokens** added; "
                   f"stages {', '.join(s['stage'] for s in stages)}; final model `{stages[-1]['out_dir']}`; "
-                  f"report `{report['report']['html']}`"),
+                  f"{decision['message']}; report `{report['report']['html']}`"),
         description="MOSAIC pipeline run",
     )
     return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report["report"],
-            "final_model": stages[-1]["out_dir"]}
+            "final_model": stages[-1]["out_dir"], "decision": decision,
+            "published_model": decision["published_path"] or decision["previous"]}

@@ -12,15 +12,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from flows.pipeline import mosaic_pipeline
-from mosaic_core.config import PipelineConfig, demo_pipeline
+from flows.demo import demo_config
+from mosaic_core.config import PipelineConfig
 from tasks.ingest import list_snapshot
 from tasks.rebuild import record_snapshot, snapshot_changes
 
 
-def load_pipeline_config(config_file: str | None) -> PipelineConfig:
-    """The pipeline YAML at ``config_file`` (validated), or the built-in demo when None."""
-    if not config_file:
-        return demo_pipeline()
+def load_pipeline_config(config_file: str) -> PipelineConfig:
+    """The pipeline YAML at ``config_file``, validated."""
     return PipelineConfig.load(yaml.safe_load(Path(config_file).expanduser().read_text()) or {})
 
 
@@ -31,8 +30,8 @@ def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", forc
     ``config_file``: pipeline YAML (docs/pipeline.example.yaml; default: the built-in demo);
     ``data_root``: where data, models and the report live; ``force``: run even if nothing changed.
     """
-    cfg = load_pipeline_config(config_file)
     root = str(Path(data_root).expanduser().resolve())
+    cfg = load_pipeline_config(config_file) if config_file else demo_config(root)
     files = list_snapshot(cfg.ingest)
     changes, signature = snapshot_changes(files, root)
     if not (force or changes["new"] or changes["changed"]):

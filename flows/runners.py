@@ -11,7 +11,10 @@ def task_runner(workers: int = 1, dask_address: str | None = None):
 
         if dask_address:
             return DaskTaskRunner(address=dask_address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True})
+        # The local cluster's scheduler and dashboard listen on loopback only: nothing the project
+        # starts is open to the network unless a user points it at a cluster of their own.
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
+                                              "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"})
     from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=4)

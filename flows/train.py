@@ -8,7 +8,8 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 
 from mosaic_core.config import TrainConfig
-from tasks.train import default_processes, train_stage_for
+from tasks.negatives import with_hard_negatives
+from tasks.train import default_processes, merge_task_for, train_stage_for
 
 
 def stage_dir(out_root: str, index: int, name: str) -> str:
@@ -30,14 +31,21 @@ def stage_rows(results: list[dict]) -> list[dict]:
 def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                processes: int | None = None) -> list[dict]:
     """Run ``cfg.stages`` from ``input_model`` (a stage-1 output for domain-token MLM) on the
-    pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``. A completed stage comes
-    from cache; a failed one resumes from its last checkpoint when the flow is run again."""
+    pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``, the optional merge step
+    ``out_root/<n+1>-merge``. A completed stage comes from cache; a failed one resumes from its
+    last checkpoint when the flow is run again. Stages needing hard negatives on a source
+    without them get them mined first (``out_root/hard_negatives.jsonl``)."""
+    if any(s.hard_negatives for s in cfg.stages):
+        pairs_source = with_hard_negatives(pairs_source, input_model, cfg, str(Path(out_root) / "hard_negatives.jsonl"))
     results, model = [], input_model
     for i, stage in enumerate(cfg.stages):
         out = stage_dir(out_root, i, stage.name)
         results.append(train_stage_for(out)(model, pairs_source, stage, cfg, out,
                                             processes or default_processes()))
         model = out
+    if cfg.merge_weights:
+        results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
+            input_model, model, pairs_source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
     create_table_artifact(key="training-stages", table=stage_rows(results),
                           description="Training stages: final losses and held-out retrieval")
     return results

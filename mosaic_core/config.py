@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
-DEMO_SOURCE = Path(__file__).resolve().parent / "demo_data"
-"""The bundled, hand-written PubMed-format sample (package data)."""
 
 
 class _Frozen(BaseModel):
@@ -62,8 +59,27 @@ class IngestConfig(_Frozen):
     batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")
 
 
+class DistillConfig(_Frozen):
+    """Stage 1's distilled initialisation of the new rows (``mosaic_core.distill``)."""
+
+    target: Literal["pooled", "tokens", "both"] = Field(
+        "pooled", description="What the expanded model must reproduce: the pooled sentence embedding, the last "
+        "hidden state at every position (new tokens: the mean over the pieces they replace), or both.")
+    lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of the new rows (no weight decay).")
+    batch_size: int = Field(32, gt=0)
+    max_length: int = Field(128, gt=0, description="Texts are cut after this many base tokens.")
+    epochs: int = Field(2, ge=1, description="Passes over the training windows (unless max_steps is set).")
+    max_steps: int | None = Field(None, gt=0, description="Stop after this many steps.")
+    eval_every: int = Field(25, gt=0, description="Steps between held-out evaluations.")
+    patience: int = Field(4, ge=1, description="Stop after this many evaluations without a better held-out loss.")
+    heldout_texts: int = Field(256, gt=0, description="Held-out windows that decide when to stop.")
+    max_texts: int | None = Field(None, gt=0, description="Use at most this many training windows.")
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    seed: int = 0
+
+
 class VocabConfig(_Frozen):
-    """Stage 1: how the domain tokenizer is trained (the number of tokens added follows)."""
+    """Stage 1: the domain tokenizer, which of its tokens are added, and how their rows start."""
 
     base_model: str = Field(
         "thenlper/gte-base", description="Hub id, local path, or offline:all-MiniLM-L6-v2."
@@ -71,9 +87,17 @@ class VocabConfig(_Frozen):
     vocab_size: int | None = Field(
         None, gt=0, description="Domain tokenizer size; default: the base vocabulary's size."
     )
-    min_frequency: int = Field(2, ge=1, description="Minimum corpus frequency of a new token.")
+    min_frequency: int = Field(2, ge=1, description="Minimum corpus frequency of a domain-tokenizer token.")
+    min_count: int = Field(
+        20, ge=1, description="Add a candidate only if the expanded tokenizer uses it at least this often in the "
+        "corpus (training must see a token to learn it); see docs/benchmarks.md for how 20 was chosen.")
+    max_tokens: int | None = Field(
+        None, gt=0, description="Add at most this many tokens: those saving the most base pieces.")
+    init: Literal["mean", "distill"] = Field(
+        "distill", description="New rows: the mean of their base pieces, or that mean refined by distillation.")
+    distill: DistillConfig = DistillConfig()
     heldout_every: int = Field(
-        20, ge=2, description="Every n-th text is held out of training to measure fertility."
+        20, ge=2, description="Every n-th text is held out of training (fertility, drift, distillation's stop)."
     )
     text_columns: tuple[str, ...] = Field(
         ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
@@ -92,6 +116,9 @@ class FilterConfig(_Frozen):
     k: int = Field(2, ge=1, description="Keep a pair iff its document is in its query's top k.")
     threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Threshold mode: keep cos >= t.")
     chunk_size: int = Field(1_000_000, gt=0, description="Pairs per FAISS index (consistency mode).")
+    hard_negatives: int = Field(
+        3, ge=0, description="Consistency mode: keep per pair this many of its highest-ranked other documents that "
+        "score below its own (hard negatives for training).")
     query_max_length: int = Field(64, gt=0)
     document_max_length: int = Field(256, gt=0)
     batch_size: int = Field(64, gt=0)
@@ -158,6 +185,14 @@ class StageConfig(_Frozen):
         True, description="mlm warm-up only: train the domain rows of the embedding matrix with the head (they "
         "are both the decoder's weights and the encoder's input); false trains the head's transform and bias "
         "alone, so every embedding the encoder reads stays as stage 1 left it.")
+    hard_negatives: int = Field(
+        0, ge=0, description="Hard-negative documents per pair added as extra InfoNCE columns (the consistency "
+        "filter keeps each pair's; 0: in-batch negatives only).")
+    keep_best: bool = Field(
+        True, description="With validation pairs, the stage's output is its best validated model (NDCG@10, "
+        "the input model included; ties: the later), not its last.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: this rank's GPU when there is one (LOCAL_RANK under torchrun), else the CPU.")
 
     @model_validator(mode="after")
     def _warmup_fields_need_warmup(self) -> StageConfig:
@@ -199,7 +234,17 @@ class TrainConfig(_Frozen):
     """A training run: stages in order, each starting from the previous stage's model."""
 
     stages: tuple[StageConfig, ...] = Field(PRESETS["paper"], min_length=1)
-    heldout_pairs: int = Field(256, ge=0, description="Pairs kept out of training for the evaluation hook.")
+    heldout_pairs: int = Field(
+        256, ge=0, description="Test pairs kept out of training: the evaluation's held-out task and the publish gate.")
+    validation_pairs: int = Field(
+        256, ge=0, description="Further pairs kept out of training, scored every eval_every steps (and at the end "
+        "of each stage) to keep each stage's best model.")
+    validation_pool: int = Field(
+        1000, ge=0, description="Training documents added as distractors to the validation retrieval.")
+    merge_weights: tuple[float, ...] = Field(
+        (), description="WiSE-FT: after the last stage, interpolate its weights with the input (stage-1) model's "
+        "at each of these weights (0 < w < 1; 1.0, the last stage itself, always competes) and keep the best "
+        "on the validation pairs. Empty: no merge step.")
     query_column: str = "query"
     document_column: str = "document"
 
@@ -208,15 +253,26 @@ class TrainConfig(_Frozen):
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique (they name output folders): {names}")
+        if any(not 0 < w <= 1 for w in self.merge_weights):
+            raise ValueError(f"merge_weights must lie in (0, 1]: {self.merge_weights}")
+        if self.merge_weights and not self.validation_pairs:
+            raise ValueError("the merge step chooses its weight on validation pairs: set validation_pairs > 0")
         return self
 
     @classmethod
-    def preset(cls, name: str, overrides: dict | None = None, **kwargs) -> TrainConfig:
-        """A preset's stages with ``overrides`` (field → value) applied to every stage."""
+    def preset(cls, name: str, overrides: dict | None = None, per_stage: dict[str, dict] | None = None,
+               **kwargs) -> TrainConfig:
+        """A preset's stages with ``overrides`` (field → value) applied to every stage and
+        ``per_stage`` (stage name → {field → value}) to the stages named; validated."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-        stages = tuple(s.model_copy(update=overrides or {}) for s in PRESETS[name])
-        return cls(stages=tuple(StageConfig.model_validate(s.model_dump()) for s in stages), **kwargs)
+        unknown = set(per_stage or {}) - {s.name for s in PRESETS[name]}
+        if unknown:
+            raise ValueError(f"no stage {sorted(unknown)} in preset {name!r} "
+                             f"({', '.join(s.name for s in PRESETS[name])})")
+        stages = tuple(StageConfig.model_validate({**s.model_dump(), **(overrides or {}),
+                                                   **(per_stage or {}).get(s.name, {})}) for s in PRESETS[name])
+        return cls(stages=stages, **kwargs)
 
 
 class EvalTaskSpec(_Frozen):
@@ -249,6 +305,17 @@ class EvalConfig(_Frozen):
     skip_unavailable: bool = Field(False, description="Report unavailable tasks and go on instead of failing.")
 
 
+class GateConfig(_Frozen):
+    """The publish gate of a pipeline run (``mosaic_core.gate``)."""
+
+    publish: bool = Field(True, description="Publish the final model (DATA_ROOT/models/current) when it passes.")
+    tolerance: float = Field(
+        0.0, ge=0.0, description="Points (main score × 100) the final model may fall below the base or the "
+        "published model on a gate task and still pass.")
+    tasks: tuple[str, ...] | None = Field(
+        None, description="Gate tasks by name; default: the held-out pairs and every task in eval_tasks.")
+
+
 class PipelineConfig(_Frozen):
     """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
     (every section, every cross-field rule) before any work starts."""
@@ -262,6 +329,7 @@ class PipelineConfig(_Frozen):
         (), description="Extra evaluation tasks; the held-out retrieval task of the run is always added."
     )
     eval_pool: int = Field(10_000, gt=0, description="Distractor documents of the held-out task.")
+    gate: GateConfig = GateConfig()
     workers: int = Field(1, ge=1, description="Dask worker processes for the ingest and filter maps (1: threads).")
     dask_address: str | None = Field(
         None, description="Run the ingest and filter maps on this Dask cluster (e.g. tcp://scheduler:8786)."
@@ -272,7 +340,18 @@ class PipelineConfig(_Frozen):
         if self.vocab.base_model != self.base_model:
             raise ValueError(f"vocab.base_model ({self.vocab.base_model}) must equal base_model ({self.base_model}); "
                              "set base_model only")
+        unknown = set(self.gate.tasks or ()) - set(self.evaluated_tasks())
+        if unknown:
+            raise ValueError(f"gate.tasks {sorted(unknown)} are not evaluated: choose among {self.evaluated_tasks()}")
         return self
+
+    def evaluated_tasks(self) -> list[str]:
+        """Every task a pipeline run scores: its held-out pairs, then ``eval_tasks``."""
+        return ["heldout", *(t.name for t in self.eval_tasks)]
+
+    def gate_tasks(self) -> list[str]:
+        """The tasks the publish gate compares models on."""
+        return list(self.gate.tasks) if self.gate.tasks is not None else self.evaluated_tasks()
 
     @classmethod
     def load(cls, data: dict) -> PipelineConfig:
@@ -284,20 +363,28 @@ class PipelineConfig(_Frozen):
         return cls.model_validate(data)
 
 
-def demo_pipeline() -> PipelineConfig:
-    """The built-in demo: bundled PubMed XML, the offline MiniLM as base and filter model, a
-    short MLM warm-up → joint → contrastive run that finishes in minutes on a CPU."""
+def demo_pipeline(source: str, task: str) -> PipelineConfig:
+    """The built-in demo (:mod:`mosaic_core.demo`): its generated snapshot at ``source``, the
+    offline MiniLM as base and filter model, a short MLM warm-up → joint → contrastive run that
+    finishes in minutes on a CPU, scored on the held-out pairs and the invented-term task at
+    ``task``."""
     from mosaic_core.models import OFFLINE_MODEL
 
-    short = {"batch_size": 8, "chunk_size": 8, "checkpoint_every": 10, "log_every": 5}
-    stages = (StageConfig(name="mlm", kind="mlm", lr=5e-4, max_steps=30, **short),
-              StageConfig(name="joint", kind="joint", lr=2e-5, max_steps=12, **short),
-              StageConfig(name="contrastive", kind="contrastive", lr=2e-5, max_steps=12, **short))
+    short = {"batch_size": 16, "checkpoint_every": 50, "log_every": 10, "query_max_length": 48,
+             "document_max_length": 96}
+    retrieval = {"lr": 5e-5, "max_steps": 30, "eval_every": 10, "hard_negatives": 1, **short}
+    stages = (StageConfig(name="mlm", kind="mlm", lr=5e-4, max_steps=30, schedule="constant", **short),
+              StageConfig(name="joint", kind="joint", **retrieval),
+              StageConfig(name="contrastive", kind="contrastive", **retrieval))
     return PipelineConfig.load({
         "base_model": OFFLINE_MODEL,
-        "ingest": {"source": str(DEMO_SOURCE)},
-        "filter": {"model": OFFLINE_MODEL},
-        "vocab": {"vocab_size": 2000},
-        "train": {"stages": [s.model_dump() for s in stages], "heldout_pairs": 5},
-        "eval_pool": 1000,
+        "ingest": {"source": source},
+        "filter": {"model": OFFLINE_MODEL, "document_max_length": 96},
+        "vocab": {"vocab_size": 3000, "min_count": 5,
+                  "distill": {"batch_size": 16, "max_length": 64, "max_steps": 30, "eval_every": 10,
+                              "heldout_texts": 64, "lr": 3e-3}},
+        "train": {"stages": [s.model_dump() for s in stages], "heldout_pairs": 64, "validation_pairs": 64,
+                  "validation_pool": 300},
+        "eval_tasks": [{"kind": "beir", "name": "invented-terms", "path": task}],
+        "eval_pool": 500,
     })

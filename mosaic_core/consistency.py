@@ -15,6 +15,11 @@ Rules, chosen so that an independent implementation on the same stored vectors a
   reported as ``depth + 1`` ("beyond depth").
 * **Scores** are float32 inner products of the given vectors: pass the vectors you store
   (e.g. fp16-rounded) and the stored vectors reproduce every decision.
+* **Hard negatives.** The same search yields, per pair, the highest-ranked distinct documents
+  that are not its own and score strictly below its own (a document at least as close to the
+  query as the relevant one is likely another relevant one, a false negative; a copy of the
+  own text is the same distinct document). They are the natural hard negatives of the
+  InfoNCE in training.
 """
 
 from __future__ import annotations
@@ -27,11 +32,21 @@ import numpy as np
 
 @dataclass
 class ConsistencyResult:
-    """Per pair: ``kept`` (bool), ``rank`` (int32, ``depth + 1`` = beyond depth), ``cosine``."""
+    """Per pair: ``kept`` (bool), ``rank`` (int32, ``depth + 1`` = beyond depth), ``cosine``, and
+    ``negatives`` (the pair indices of its hard-negative documents, best first; may be empty)."""
 
     kept: np.ndarray
     rank: np.ndarray
     cosine: np.ndarray
+    negatives: list[list[int]] | None = None
+
+
+def hard_negatives(scores: np.ndarray, ids: np.ndarray, own: np.ndarray, own_id: np.ndarray, n: int,
+                   ) -> list[list[int]]:
+    """Per query, up to ``n`` retrieved ids (best first) that are not ``own_id`` and score strictly
+    below ``own`` (the query's score for its own document). ``scores``/``ids``: ``[q, depth]``."""
+    ok = (ids >= 0) & (ids != own_id[:, None]) & (scores < own[:, None])
+    return [row[mask][:n].tolist() for row, mask in zip(ids, ok, strict=True)]
 
 
 def distinct_documents(doc_keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -70,14 +85,16 @@ def consistency_filter(
     doc_keys: list[str] | None = None,
     depth: int | None = None,
     use_gpu: bool | None = None,
+    negatives: int = 0,
 ) -> ConsistencyResult:
     """Apply the rule above to one chunk. ``queries[i]`` and ``docs[i]`` form pair ``i``;
-    ``doc_keys`` (e.g. document texts or hashes) identify duplicate documents."""
+    ``doc_keys`` (e.g. document texts or hashes) identify duplicate documents. ``negatives``:
+    hard negatives to keep per pair (as the index of a pair holding that document)."""
     if queries.shape != docs.shape:
         raise ValueError(f"queries {queries.shape} and documents {docs.shape} must pair up row by row")
     if k < 1:
         raise ValueError("k must be >= 1")
-    depth = max(depth or max(k, 10), k)
+    depth = max(depth or max(k, 10), k, k + negatives)
     first, inverse = distinct_documents(doc_keys) if doc_keys is not None else (
         np.arange(len(docs)), np.arange(len(docs)))
     uniq = np.asarray(docs, dtype=np.float32)[first]
@@ -91,7 +108,12 @@ def consistency_filter(
     higher = ((scores > own[:, None]) & ~own_in & (ids >= 0)).sum(1)
     retrieved_all_higher = ~own_in.any(1) & (higher >= scores.shape[1])
     rank = np.where(retrieved_all_higher, depth + 1, higher + 1).astype(np.int32)
-    return ConsistencyResult(kept=rank <= k, rank=rank, cosine=np.einsum("nd,nd->n", q, uniq[inverse]))
+    mined = None
+    if negatives:
+        mined = [first[np.asarray(row, dtype=np.int64)].tolist()
+                 for row in hard_negatives(scores, ids, own, inverse, negatives)]
+    return ConsistencyResult(kept=rank <= k, rank=rank, cosine=np.einsum("nd,nd->n", q, uniq[inverse]),
+                             negatives=mined)
 
 
 def threshold_filter(queries: np.ndarray, docs: np.ndarray, threshold: float) -> ConsistencyResult:

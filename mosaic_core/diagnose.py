@@ -15,7 +15,6 @@ import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -94,20 +93,21 @@ def diagnose_term(model_path: str, term: str, sentences: list[str], base_model: 
     """Diagnose ``term`` for the model at ``model_path`` (a stage output, or any model)."""
     from transformers import AutoTokenizer
 
-    from mosaic_core.model import HEAD_WEIGHTS, build_model
+    from mosaic_core.model import build_model
+    from mosaic_core.modeldir import has_trained_head, read_domain_ids
     from mosaic_core.models import resolve_model
 
     resolved = resolve_model(model_path)
     tokenizer = AutoTokenizer.from_pretrained(resolved)
     model, from_checkpoint = build_model(resolved)
     model.eval()
-    head = ("trained by a MOSAIC stage" if (Path(resolved) / HEAD_WEIGHTS).is_file() else
+    head = ("trained by a MOSAIC stage" if has_trained_head(resolved) else
             "the checkpoint's own" if from_checkpoint else
             "none in the checkpoint: initialised fresh, so logits and ranks say nothing yet")
     ids = tokenizer(term, add_special_tokens=False)["input_ids"]
     pieces = tokenizer.convert_ids_to_tokens(ids)
-    domain_file = Path(resolved) / "domain_token_ids.json"
-    domain = set(json.loads(domain_file.read_text())) if domain_file.is_file() else set()
+    domain_ids = read_domain_ids(resolved)
+    domain = set(domain_ids.tolist()) if domain_ids is not None else set()
     base_pieces = AutoTokenizer.from_pretrained(resolve_model(base_model)).tokenize(term) if base_model else None
     diagnosis = TermDiagnosis(term, pieces, base_pieces, len(ids) == 1, len(ids) == 1 and ids[0] in domain, head)
 

@@ -139,7 +139,7 @@ class Encoder:
         order = np.argsort(lengths, kind="stable")[::-1]  # longest first: OOM shows at once
         out = np.empty((len(texts), self.model.config.hidden_size), dtype=np.float32)
         for start in tqdm(range(0, len(texts), batch_size), desc="encode", unit="batch",
-                          disable=not progress):
+                          disable=None if progress else True):
             idx = order[start : start + batch_size]
             batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                    max_length=self.max_length, return_tensors="pt").to(self.device)

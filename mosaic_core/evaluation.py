@@ -110,25 +110,6 @@ def hub_task(name: str):
     return task
 
 
-def heldout_retrieval_data(train: list[Pair], heldout: list[Pair], pool: int = 10_000,
-                           ) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]]]:
-    """In-domain retrieval from the pipeline's own pairs: queries are the held-out queries, each
-    relevant to its own document; the corpus adds up to ``pool`` training documents as
-    distractors (chosen by content hash, so it is stable), so the task is not trivially easy."""
-    def key(text: str) -> bytes:
-        return hashlib.blake2b(text.encode(), digest_size=8).digest()
-
-    held_docs = {d for _, d in heldout}
-    distractors = sorted({d for _, d in train if d not in held_docs}, key=key)[:pool]
-    doc_id = {d: f"d{i}" for i, d in enumerate(dict.fromkeys([*(d for _, d in heldout), *distractors]))}
-    corpus = [{"id": i, "title": "", "text": d} for d, i in doc_id.items()]
-    queries, qrels = {}, {}
-    for n, (q, d) in enumerate(heldout):
-        queries[f"q{n}"] = q
-        qrels[f"q{n}"] = {doc_id[d]: 1}
-    return corpus, queries, qrels
-
-
 def verse_retrieval_data(heldout: list[Pair], verses: dict[tuple[int, int], str],
                          ) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]], int]:
     """Verse-to-verse retrieval from Tafsir cross-references kept out of training: each

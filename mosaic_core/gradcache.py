@@ -3,7 +3,8 @@
 The in-batch InfoNCE loss couples every query with every document, so a batch cannot simply
 be split into accumulation steps. Gradient caching (Gao et al., 2021) does it exactly:
 
-1. embed every chunk without building graphs (RNG state recorded per chunk);
+1. embed every chunk (queries, documents and hard negatives) without building graphs (RNG
+   state recorded per chunk);
 2. compute the full-batch loss on those embeddings as leaves, and its gradient with respect
    to each embedding;
 3. re-run each chunk with graphs (RNG restored, so dropout masks repeat) and backpropagate
@@ -13,7 +14,8 @@ A batch that is one chunk takes one plain forward and backward pass instead (sam
 no extra no-grad forward).
 
 The parameter gradients equal those of one big-batch step (to float tolerance); peak memory
-is that of one chunk plus the ``[B, d]`` embeddings.
+is that of one chunk plus the ``[B, d]`` embeddings. Loss components come back as detached
+0-d tensors: nothing here waits for the device (the trainer reads them when it logs).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 
 from mosaic_core.losses import IGNORE, JointLoss, domain_mlm_loss, full_mlm_loss
 from mosaic_core.model import DualEncoder
+
+Losses = dict[str, torch.Tensor]
 
 
 def _rng_state(device: torch.device) -> tuple:
@@ -41,6 +45,20 @@ def _mlm(model: DualEncoder, states: torch.Tensor, targets: torch.Tensor, domain
     return domain_mlm_loss(states, targets, model.embeddings, domain_ids, model.head.bias)
 
 
+def _spans(n: int, chunk_size: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
+
+
+def _embed_chunks(model: DualEncoder, ids: torch.Tensor, mask: torch.Tensor, spans, rng: list | None):
+    """No-grad embeddings of ``ids`` chunk by chunk (recording each chunk's RNG state in ``rng``)."""
+    parts = []
+    for lo, hi in spans:
+        if rng is not None:
+            rng.append(_rng_state(ids.device))
+        parts.append(model.embed(ids[lo:hi], mask[lo:hi]))
+    return torch.cat(parts).requires_grad_()
+
+
 def joint_backward(
     model: DualEncoder,
     batch: dict[str, torch.Tensor],
@@ -48,32 +66,32 @@ def joint_backward(
     domain_ids: torch.Tensor | None,
     chunk_size: int,
     use_mlm: bool = True,
-) -> dict[str, float]:
-    """Accumulate into ``.grad`` the gradients of ``loss_fn`` on the whole ``batch``
-    (keys from :class:`~mosaic_core.model.PairCollator`), ``chunk_size`` pairs at a time.
+) -> Losses:
+    """Accumulate into ``.grad`` the gradients of ``loss_fn`` on the whole ``batch`` (keys from
+    :class:`~mosaic_core.model.PairCollator`; ``neg_ids``/``neg_mask`` add hard-negative
+    columns), ``chunk_size`` pairs at a time.
 
     ``domain_ids`` None means all-token MLM; ``use_mlm`` False is the contrastive-only stage.
-    Returns the loss components as floats.
+    Returns the loss components as detached 0-d tensors.
     """
     n = batch["query_ids"].shape[0]
-    if chunk_size >= n:  # one chunk: caching would buy no memory for its extra no-grad forward
+    negatives = "neg_ids" in batch
+    if chunk_size >= n and (not negatives or chunk_size >= batch["neg_ids"].shape[0]):
         return _plain_backward(model, batch, loss_fn, domain_ids, use_mlm)
-    spans = [(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
+    spans = _spans(n, chunk_size)
     n_masked = int((batch["labels"] != IGNORE).sum()) if use_mlm else 0
-    device = batch["query_ids"].device
-    rng_states, q_parts, d_parts = [], [], []
+    rng: list = []
     with torch.no_grad():
-        for lo, hi in spans:
-            rng_states.append(_rng_state(device))
-            q_parts.append(model.embed(batch["query_ids"][lo:hi], batch["query_mask"][lo:hi]))
-            d_parts.append(model.embed(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi]))
-    q_all = torch.cat(q_parts).requires_grad_()
-    d_all = torch.cat(d_parts).requires_grad_()
-    contrastive = loss_fn(q_all, d_all, None)["contrastive"]
+        q_all = _embed_chunks(model, batch["query_ids"], batch["query_mask"], spans, rng)
+        d_all = _embed_chunks(model, batch["doc_ids"], batch["doc_mask"], spans, None)
+        neg_spans = _spans(batch["neg_ids"].shape[0], chunk_size) if negatives else []
+        neg_rng: list = []
+        n_all = _embed_chunks(model, batch["neg_ids"], batch["neg_mask"], neg_spans, neg_rng) if negatives else None
+    contrastive = loss_fn(q_all, d_all, None, n_all)["contrastive"]
     contrastive.backward()
-    mlm_total = 0.0
-    for (lo, hi), state in zip(spans, rng_states, strict=True):
-        _set_rng_state(state, device)
+    mlm_total = contrastive.new_zeros(())
+    for (lo, hi), state in zip(spans, rng, strict=True):
+        _set_rng_state(state, q_all.device)
         q = model.embed(batch["query_ids"][lo:hi], batch["query_mask"][lo:hi])
         surrogate = (q * q_all.grad[lo:hi]).sum()
         if use_mlm:
@@ -83,17 +101,19 @@ def joint_backward(
                 # The chunk's share of the mean over all masked tokens of the big batch.
                 mlm = _mlm(model, states, targets, domain_ids) * (len(targets) / n_masked)
                 surrogate = surrogate + loss_fn.alpha * mlm
-                mlm_total += mlm.item()
+                mlm_total = mlm_total + mlm.detach()
         else:
             d = model.embed(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi])
-        surrogate = surrogate + (d * d_all.grad[lo:hi]).sum()
-        surrogate.backward()
-    return {"contrastive": contrastive.item(), "mlm": mlm_total,
-            "total": contrastive.item() + loss_fn.alpha * mlm_total}
+        (surrogate + (d * d_all.grad[lo:hi]).sum()).backward()
+    for (lo, hi), state in zip(neg_spans, neg_rng, strict=True):
+        _set_rng_state(state, q_all.device)
+        (model.embed(batch["neg_ids"][lo:hi], batch["neg_mask"][lo:hi]) * n_all.grad[lo:hi]).sum().backward()
+    contrastive = contrastive.detach()
+    return {"contrastive": contrastive, "mlm": mlm_total, "total": contrastive + loss_fn.alpha * mlm_total}
 
 
 def _plain_backward(model: DualEncoder, batch: dict[str, torch.Tensor], loss_fn: JointLoss,
-                    domain_ids: torch.Tensor | None, use_mlm: bool) -> dict[str, float]:
+                    domain_ids: torch.Tensor | None, use_mlm: bool) -> Losses:
     """The whole batch in one forward and one backward pass."""
     q = model.embed(batch["query_ids"], batch["query_mask"])
     mlm = None
@@ -103,24 +123,24 @@ def _plain_backward(model: DualEncoder, batch: dict[str, torch.Tensor], loss_fn:
             mlm = _mlm(model, states, targets, domain_ids)
     else:
         d = model.embed(batch["doc_ids"], batch["doc_mask"])
-    out = loss_fn(q, d, mlm)
+    negatives = model.embed(batch["neg_ids"], batch["neg_mask"]) if "neg_ids" in batch else None
+    out = loss_fn(q, d, mlm, negatives)
     out["total"].backward()
-    return {k: v.item() for k, v in out.items()}
+    return {k: v.detach() for k, v in out.items()}
 
 
 def mlm_backward(model: DualEncoder, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
-                 chunk_size: int) -> dict[str, float]:
+                 chunk_size: int) -> Losses:
     """Accumulate the gradients of the MLM loss alone (the warm-up stage) on masked documents,
     ``chunk_size`` documents per forward pass; the mean is over all masked tokens of the batch."""
     n = batch["doc_ids"].shape[0]
     n_masked = int((batch["labels"] != IGNORE).sum())
-    total = 0.0
-    for lo in range(0, n, chunk_size):
-        hi = min(lo + chunk_size, n)
+    total = torch.zeros((), device=batch["doc_ids"].device)
+    for lo, hi in _spans(n, chunk_size):
         _, states, targets = model.forward_docs(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi],
                                                 batch["labels"][lo:hi])
         if len(targets):
             loss = _mlm(model, states, targets, domain_ids) * (len(targets) / n_masked)
             loss.backward()
-            total += loss.item()
-    return {"contrastive": 0.0, "mlm": total, "total": total}
+            total = total + loss.detach()
+    return {"contrastive": torch.zeros_like(total), "mlm": total, "total": total}

@@ -10,7 +10,6 @@ transform starts fresh and :func:`build_model` says so.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,10 @@ from transformers.activations import ACT2FN
 
 from mosaic_core.encode import Pooling, pool, read_st_pooling
 from mosaic_core.losses import IGNORE, mask_tokens
+from mosaic_core.modeldir import load_head, save_head
 from mosaic_core.models import resolve_model
 
 log = logging.getLogger(__name__)
-HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
 
 
 class MLMHead(nn.Module):
@@ -81,18 +80,16 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
     the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (with a warning).
     Weights load in float32 whatever the checkpoint stores (many hub models ship fp16/bf16):
     they are the optimizer's master weights; bf16 enters only through autocast."""
-    from safetensors.torch import load_file
-
     from mosaic_core.vocab import masked_lm_with_head
 
     resolved = resolve_model(model)
     st_pooling, _ = read_st_pooling(resolved)
-    sidecar = Path(resolved) / HEAD_WEIGHTS
-    if with_mlm and sidecar.is_file():
+    saved = load_head(resolved) if with_mlm else None
+    if saved is not None:
+        weights, cfg = saved
         encoder = AutoModel.from_pretrained(resolved, dtype=torch.float32)
-        cfg = json.loads((Path(resolved) / HEAD_CONFIG).read_text())
         head = MLMHead(encoder.config.hidden_size, encoder.get_input_embeddings().weight.shape[0], **cfg)
-        head.load_state_dict(load_file(str(sidecar)))
+        head.load_state_dict(weights)
         return DualEncoder(encoder, pooling or st_pooling or "mean", head), True
     mlm = masked_lm_with_head(resolved) if with_mlm else None
     encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved, dtype=torch.float32)
@@ -117,7 +114,6 @@ def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
     tokenizer from ``template``, the stage's input model; weights from ``model``) that
     ``SentenceTransformer``/``AutoModel`` load directly, with the MLM head beside it as
     ``mlm_head.safetensors`` for the next stage."""
-    from safetensors.torch import save_file
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(resolve_model(template), device="cpu")
@@ -125,9 +121,7 @@ def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     st.save(str(out_dir))
     if model.head is not None:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()},
-                  str(out_dir / HEAD_WEIGHTS))
-        (out_dir / HEAD_CONFIG).write_text(json.dumps(model.head.config))
+        save_head(out_dir, model.head.state_dict(), model.head.config)
 
 
 def _checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:
@@ -143,7 +137,8 @@ def _checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:
 
 @dataclass
 class PairCollator:
-    """(query, document) texts → tokenised queries, and documents masked at domain tokens.
+    """(query, document, *hard negatives) texts → tokenised queries, documents masked at domain
+    tokens, and up to ``negatives`` hard-negative documents per pair (never masked).
 
     ``domain_ids`` None selects all-token masking (the ablation): any non-special token."""
 
@@ -153,6 +148,7 @@ class PairCollator:
     document_max_length: int = 256
     mlm_probability: float = 0.15
     generator: torch.Generator | None = None
+    negatives: int = 0
 
     def __post_init__(self) -> None:
         vocab = len(self.tokenizer)
@@ -176,17 +172,21 @@ class PairCollator:
         return (torch.from_numpy(np.array([r.ids for r in rows], dtype=np.int64)),
                 torch.from_numpy(np.array([r.attention_mask for r in rows], dtype=np.int64)))
 
-    def __call__(self, batch: list[tuple[str, str]],
+    def __call__(self, batch: list[tuple[str, ...]],
                  generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``batch``; masks draw from ``generator`` (default: the collator's own)."""
-        queries, docs = zip(*batch, strict=True)
-        query_ids, query_mask = self._encode(list(queries), self.query_max_length)
-        doc_ids, doc_mask = self._encode(list(docs), self.document_max_length)
+        queries, docs = [item[0] for item in batch], [item[1] for item in batch]
+        query_ids, query_mask = self._encode(queries, self.query_max_length)
+        doc_ids, doc_mask = self._encode(docs, self.document_max_length)
         candidates = self._candidate[doc_ids] & doc_mask.bool()
         masked, labels = mask_tokens(doc_ids, candidates, self.tokenizer.mask_token_id, self._random_ids,
                                      self.mlm_probability, generator or self.generator)
-        return {"query_ids": query_ids, "query_mask": query_mask, "doc_ids": masked, "doc_mask": doc_mask,
-                "labels": labels}
+        out = {"query_ids": query_ids, "query_mask": query_mask, "doc_ids": masked, "doc_mask": doc_mask,
+               "labels": labels}
+        negatives = [n for item in batch for n in item[2: 2 + self.negatives]]
+        if negatives:
+            out["neg_ids"], out["neg_mask"] = self._encode(negatives, self.document_max_length)
+        return out
 
 
 def _fixed_encoder(tokenizer: PreTrainedTokenizerBase, max_length: int):

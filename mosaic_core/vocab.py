@@ -23,9 +23,14 @@ The new token ids are the domain vocabulary V_D used by the domain-restricted ML
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import logging
 import math
+import tempfile
+import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +38,21 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from mosaic_core.config import VocabConfig
+from mosaic_core.distill import distill_rows, drift
+from mosaic_core.encode import max_positions, read_st_pooling
+from mosaic_core.modeldir import write_domain_ids, write_vocab_report
+from mosaic_core.models import resolve_model
+from mosaic_core.selection import (
+    LADDER,
+    REJECT_REASONS,
+    Segmenter,
+    Selection,
+    Selector,
+    fertility_of,
+    word_counts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -242,10 +262,16 @@ class VocabReport:
 
     base_vocab_size: int
     domain_tokenizer_size: int
+    candidates: int
     tokens_added: int
     skipped_unknown: int
     first_new_id: int
     kind: str = "WordPiece"
+    min_count: int = 1
+    max_tokens: int | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
+    rejected_examples: dict[str, list[dict]] = field(default_factory=dict)
+    thresholds: list[dict] = field(default_factory=list)
     no_merge_chain: int = 0
     merge_intermediates: int = 0
     examples: list[dict] = field(default_factory=list)
@@ -254,29 +280,83 @@ class VocabReport:
     fertility_after: float = 0.0
     single_token_share_before: float = 0.0
     single_token_share_after: float = 0.0
+    init: str = "mean"
+    distill: dict | None = None
+    drift_mean_init: dict | None = None
+    drift: dict | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
     reduction: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
     def to_markdown(self) -> str:
-        rows = "\n".join(f"| `{e['token']}` | {' '.join(e['base_pieces'])} |" for e in self.examples[:25])
-        return (
-            "# Vocabulary expansion\n\n"
+        return "\n".join(["# Vocabulary expansion", "", *self._summary(), "", *self._drift_lines(),
+                          *self._threshold_table(), *self._rejected_lines(), *self._example_table()]) + "\n"
+
+    def _summary(self) -> list[str]:
+        gain = self.fertility_before - self.fertility_after
+        lines = [
             f"- {self.kind} base vocabulary: {self.base_vocab_size:,}; domain tokenizer: "
-            f"{self.domain_tokenizer_size:,}\n"
+            f"{self.domain_tokenizer_size:,}; candidates it has that the base lacks: {self.candidates:,} "
+            f"(skipped as [UNK]-only: {self.skipped_unknown})",
             f"- tokens added (V_D): **{self.tokens_added:,}** (ids {self.first_new_id:,}–"
-            f"{self.first_new_id + self.tokens_added - 1:,}); skipped as [UNK]-only: {self.skipped_unknown}\n"
-            + (f"- BPE merges: {self.merge_intermediates:,} of the added tokens are intermediate merge results; "
-               f"{self.no_merge_chain:,} domain tokens left out (every merge chain passed through a base "
-               f"token)\n" if self.kind == "BPE" else "")
-            +
-            f"- held-out words: {self.heldout_words:,}; fertility (pieces/word) "
-            f"{self.fertility_before:.3f} → **{self.fertility_after:.3f}**; single-token words "
-            f"{self.single_token_share_before:.1%} → **{self.single_token_share_after:.1%}**\n"
-            + (ReductionReport(**self.reduction).to_markdown() if self.reduction else "") + "\n"
-            "| new token | base pieces (mean-initialised from) |\n| --- | --- |\n" + rows + "\n"
-        )
+            f"{self.first_new_id + self.tokens_added - 1:,}): used at least {self.min_count} times in the corpus"
+            + (f", at most {self.max_tokens:,}" if self.max_tokens else "")
+            + "; " + ", ".join(f"{n:,} rejected as {r}" for r, n in self.rejected.items() if n),
+            f"- held-out words: {self.heldout_words:,}; fertility (pieces/word) {self.fertility_before:.3f} → "
+            f"**{self.fertility_after:.3f}** (−{gain:.3f}); single-token words "
+            f"{self.single_token_share_before:.1%} → **{self.single_token_share_after:.1%}**",
+            "- new rows: mean of their base pieces" + (", then distilled" if self.init == "distill" else "")
+            + "; time: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items()),
+        ]
+        if self.kind == "BPE":
+            lines.append(f"- BPE merges: {self.merge_intermediates:,} of the added tokens are intermediate merge "
+                         f"results; {self.no_merge_chain:,} selected tokens left out (every merge chain passed "
+                         "through a base token)")
+        if self.reduction:
+            lines.append(ReductionReport(**self.reduction).to_markdown().rstrip("\n"))
+        return lines
+
+    def _drift_lines(self) -> list[str]:
+        if not self.drift_mean_init:
+            return []
+        lines = ["## Drift: cos(base embedding, stage-1 embedding) on held-out texts", "",
+                 "| rows | mean | 5th percentile |", "| --- | ---: | ---: |",
+                 f"| mean of pieces | {self.drift_mean_init['mean_cos']:.4f} | {self.drift_mean_init['p5_cos']:.4f} |"]
+        if self.drift and self.init == "distill":
+            lines.append(f"| distilled | **{self.drift['mean_cos']:.4f}** | **{self.drift['p5_cos']:.4f}** |")
+        lines += ["", f"{self.drift_mean_init['texts']:,} held-out texts, {self.drift_mean_init['changed']:.0%} of "
+                  "them hold a new token (the others embed exactly as before)."]
+        if self.distill:
+            d = self.distill
+            lines.append(f"Distillation: {d['steps']} steps on {d['windows']:,} windows; held-out loss "
+                         f"{d['heldout_loss_before']:.5f} → {d['heldout_loss_after']:.5f} (best at step "
+                         f"{d['best_step']}; stopped: {d['stop_reason']}).")
+        return [*lines, ""]
+
+    def _threshold_table(self) -> list[str]:
+        if not self.thresholds:
+            return []
+        rows = [f"| {t['min_count']}{' (chosen)' if t['min_count'] == self.min_count else ''} | {t['tokens']:,} | "
+                f"{t['fertility']:.3f} | {t['single']:.1%} |" for t in self.thresholds]
+        return ["## Minimum corpus uses: the trade-off", "", "| min uses | tokens added | held-out fertility | "
+                "single-token words |", "| ---: | ---: | ---: | ---: |", *rows, ""]
+
+    def _rejected_lines(self) -> list[str]:
+        lines = []
+        for reason, examples in self.rejected_examples.items():
+            if examples:
+                shown = ", ".join(f"`{e['token']}`" + (f" ({e['uses']})" if e["uses"] is not None else "")
+                                  for e in examples)
+                lines.append(f"- rejected as {reason}" + (" (uses in the corpus)" if reason != "not_a_word" else "")
+                             + f": {shown}")
+        return ["## Rejected candidates", "", *lines, ""] if lines else []
+
+    def _example_table(self) -> list[str]:
+        rows = [f"| `{e['token']}` | {' '.join(e['base_pieces'])} | {e.get('uses', '')} |" for e in self.examples]
+        return ["## Added tokens (largest saving first)", "", "| new token | base pieces | uses |",
+                "| --- | --- | ---: |", *rows]
 
 
 def train_domain_tokenizer(
@@ -286,14 +366,17 @@ def train_domain_tokenizer(
     return base.train_new_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency)
 
 
-def select_new_tokens(
+def candidate_tokens(
     spec: VocabSpec, base: PreTrainedTokenizerBase, domain: PreTrainedTokenizerBase
 ) -> tuple[dict[str, list[str]], int]:
-    """(new tokens in domain-id order → their base pieces, count skipped as UNK-only)."""
+    """(the domain tokenizer's tokens the base lacks → their base pieces, count skipped as
+    UNK-only), shortest first, then by the token itself: a stable order whatever order the
+    trainer gave (its tie-breaking varies between runs, huggingface/tokenizers#1794), and
+    the order BPE chains are built in (shorter tokens first, so longer ones reuse them)."""
     specials = set(domain.all_special_tokens) | set(base.all_special_tokens)
     prefix = getattr(spec, "prefix", None)
     pieces, skipped = {}, 0
-    for token, _ in sorted(domain.get_vocab().items(), key=lambda kv: kv[1]):
+    for token in sorted(domain.get_vocab(), key=lambda t: (len(t), t)):
         if token in spec.vocab or token in specials or token == prefix:
             continue
         split = spec.base_pieces(token)
@@ -336,6 +419,8 @@ def mean_init_rows(weight: torch.Tensor, piece_ids: Sequence[Sequence[int]]) -> 
 
     Returns a ``[len(piece_ids), d]`` tensor in ``weight``'s dtype (mean computed in fp32).
     """
+    if not piece_ids:
+        return weight.new_zeros((0, weight.shape[1]))
     return torch.stack([weight[list(ids)].float().mean(0) for ids in piece_ids]).to(weight.dtype)
 
 
@@ -378,21 +463,6 @@ def masked_lm_with_head(resolved: str) -> torch.nn.Module | None:
     if info["missing_keys"]:  # the head was initialised fresh: the checkpoint has none
         return None
     return model
-
-
-def fertility(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]) -> tuple[int, float, float]:
-    """(words, pieces per word, share of words that are a single piece) over ``texts``,
-    words as the tokenizer's own normalizer + pre-tokenizer define them."""
-    backend = tokenizer.backend_tokenizer
-    words = pieces = single = 0
-    for text in texts:
-        norm = backend.normalizer.normalize_str(text) if backend.normalizer else text
-        for word, _ in backend.pre_tokenizer.pre_tokenize_str(norm):
-            n = len(backend.model.tokenize(word))
-            words += 1
-            pieces += n
-            single += n == 1
-    return words, pieces / max(words, 1), single / max(words, 1)
 
 
 @dataclass
@@ -467,8 +537,6 @@ def reduce_vocabulary(base_model: str, texts: Sequence[str], out_dir: Path) -> R
     tokens as before."""
     from sentence_transformers import SentenceTransformer
 
-    from mosaic_core.models import resolve_model
-
     if not texts:
         raise ValueError("the reduction corpus is empty: every vocabulary row would go")
     out_dir = Path(out_dir)
@@ -516,94 +584,151 @@ def reduce_vocabulary(base_model: str, texts: Sequence[str], out_dir: Path) -> R
     return report
 
 
-def build_expanded_model(
-    base_model: str,
-    texts: Sequence[str],
-    out_dir: Path,
-    vocab_size: int | None = None,
-    min_frequency: int = 2,
-    heldout_every: int = 20,
-    reduce_texts: Sequence[str] | None = None,
-) -> VocabReport:
-    """Stage 1 end to end: train, select, expand tokenizer and embeddings, save, report.
+DRIFT_MAX_LENGTH = 256
+
+
+def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[str]], counts, held, first_id: int,
+                      domain_state: dict, cfg: VocabConfig) -> tuple[Selection, list[dict]]:
+    """(the selection at ``cfg.min_count`` (and ``cfg.max_tokens``), and for every threshold of
+    the ladder: tokens added and the held-out fertility they give), from one climb."""
+    selector = Selector(spec, state, counts, first_id, domain_state)
+    rows, chosen = [], None
+    for step in selector.ladder(candidates, sorted({*LADDER, cfg.min_count})):
+        trial = copy.deepcopy(state)
+        spec.insert(trial["model"], step.tokens, first_id, domain_state)
+        _, fert, single = fertility_of(Segmenter(trial), held)
+        rows.append({"min_count": step.min_count, "tokens": len(step.tokens), "fertility": fert, "single": single})
+        if step.min_count == cfg.min_count:
+            chosen = selector.settle(step, cfg.min_count, cfg.max_tokens) if cfg.max_tokens else step
+    return chosen, rows
+
+
+def _rejected_examples(chosen: Selection, per_reason: int = 15) -> dict[str, list[dict]]:
+    """The most-used rejected candidates of each reason (the fragments a user wants to see)."""
+    out: dict[str, list[dict]] = {}
+    for reason in REJECT_REASONS:
+        tokens = sorted((t for t, r in chosen.rejected.items() if r == reason),
+                        key=lambda t: (-chosen.rejected_uses.get(t, 0), t))
+        out[reason] = [{"token": t, "uses": chosen.rejected_uses.get(t)} for t in tokens[:per_reason]]
+    return out
+
+
+def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new_ids: list[int],
+                   piece_ids: list[list[int]]) -> None:
+    """Keep the checkpoint's MLM head (if it ships one) for stage 2: its embeddings are the
+    expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently."""
+    mlm = masked_lm_with_head(resolve_model(base_model))
+    if mlm is None:
+        return
+    old_bias = mlm.get_output_embeddings().bias.detach().clone()
+    expand_embeddings(mlm, new_ids, piece_ids, encoder.get_input_embeddings().weight.shape[0])
+    with torch.no_grad():
+        mlm.get_input_embeddings().weight.copy_(encoder.get_input_embeddings().weight)
+        bias = mlm.get_output_embeddings().bias
+        bias[: old_bias.shape[0]] = old_bias
+        bias[new_ids] = expand_mlm_bias(old_bias, piece_ids)[old_bias.shape[0]:]
+    mlm.save_pretrained(out_dir)
+
+
+def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, reduce_texts: Sequence[str],
+                        progress: bool) -> VocabReport:
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
+        reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
+        report = build_expanded_model(texts, out_dir, cfg.model_copy(update={"base_model": reduced_dir}),
+                                      progress=progress)
+    report.reduction = asdict(reduction)
+    write_vocab_report(out_dir, report.to_json(), report.to_markdown())
+    return report
+
+
+def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
+                         reduce_texts: Sequence[str] | None = None, progress: bool = False) -> VocabReport:
+    """Stage 1 end to end: train the domain tokenizer, select its tokens by evidence, expand the
+    tokenizer and the embeddings, initialise the new rows (mean of pieces, then distilled),
+    save, report.
 
     ``out_dir`` receives a model that ``SentenceTransformer(out_dir)`` and
-    ``AutoModel``/``AutoTokenizer`` load directly, plus ``domain_token_ids.json`` (V_D),
-    ``vocab_report.json`` and ``vocab_report.md``. With ``reduce_texts`` the base vocabulary
-    is first reduced to the rows those texts use (:func:`reduce_vocabulary`), then expanded.
+    ``AutoModel``/``AutoTokenizer`` load directly, plus V_D and the report
+    (:mod:`mosaic_core.modeldir`). With ``reduce_texts`` the base vocabulary is first reduced
+    to the rows those texts use (:func:`reduce_vocabulary`), then expanded.
     """
-    import tempfile
-
     from sentence_transformers import SentenceTransformer
-
-    from mosaic_core.models import resolve_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if reduce_texts is not None:
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
-            reduction = reduce_vocabulary(base_model, reduce_texts, Path(reduced_dir))
-            report = build_expanded_model(reduced_dir, texts, out_dir, vocab_size, min_frequency, heldout_every)
-        report.reduction = asdict(reduction)
-        (out_dir / "vocab_report.json").write_text(report.to_json())
-        (out_dir / "vocab_report.md").write_text(report.to_markdown())
-        return report
-    st = SentenceTransformer(resolve_model(base_model), device="cpu")
-    transformer = st[0]
-    base_tok = transformer.tokenizer
-    train = [t for i, t in enumerate(texts) if i % heldout_every]
-    heldout = [t for i, t in enumerate(texts) if not i % heldout_every]
+        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress)
+    clock = _Clock()
+    st = SentenceTransformer(resolve_model(cfg.base_model), device="cpu")
+    transformer, base_tok = st[0], st[0].tokenizer
+    encoder = transformer.auto_model
+    train = [t for i, t in enumerate(texts) if i % cfg.heldout_every]
+    heldout = [t for i, t in enumerate(texts) if not i % cfg.heldout_every]
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
-    base_state = tokenizer_state(base_tok)
-    spec = spec_of(base_state)  # before training: an unsupported kind fails at once
-    domain = train_domain_tokenizer(base_tok, train, vocab_size or len(base_tok), min_frequency)
-    candidates, skipped = select_new_tokens(spec, base_tok, domain)
-    rows = transformer.auto_model.get_input_embeddings().weight.shape[0]
-    first_id = max(next_free_id(base_state), rows)  # padded matrices: never reuse a row
-    expanded, entries = expand_tokenizer(base_tok, spec, candidates, first_id, domain, out_dir)
+    state = tokenizer_state(base_tok)
+    spec = spec_of(state)  # before training: an unsupported kind fails at once
+    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency)
+    candidates, skipped = candidate_tokens(spec, base_tok, domain)
+    clock.lap("domain tokenizer")
+    first_id = max(next_free_id(state), encoder.get_input_embeddings().weight.shape[0])  # padded matrices
+    counts, held = word_counts(base_tok, train), word_counts(base_tok, heldout)
+    domain_state = tokenizer_state(domain)
+    chosen, thresholds = select_with_table(spec, state, candidates, counts, held, first_id, domain_state, cfg)
+    clock.lap("selection")
+    expanded, entries = expand_tokenizer(base_tok, spec, chosen.tokens, first_id, domain, out_dir)
     tokens = list(entries)
     new_ids = expanded.convert_tokens_to_ids(tokens)
     if new_ids != list(range(first_id, first_id + len(tokens))):
         raise RuntimeError(f"the saved tokenizer does not give the new tokens ids {first_id}… in order")
-    new_size = first_id + len(tokens)
     piece_ids = [[spec.vocab[p] for p in entries[t]] for t in tokens]
-    expand_embeddings(transformer.auto_model, new_ids, piece_ids, new_size)
+    expand_embeddings(encoder, new_ids, piece_ids, first_id + len(tokens))
+    pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
+    drift_texts = heldout[: cfg.distill.heldout_texts]
+    drift_length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+    drift_mean = drift(encoder, pooling, base_tok, expanded, drift_texts, drift_length) if tokens else None
+    distilled = drift_after = None
+    if cfg.init == "distill" and tokens:
+        fingerprint = hashlib.sha256(json.dumps([tokens, cfg.model_dump(mode="json")]).encode()).hexdigest()
+        distilled = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill,
+                                 out_dir, fingerprint, progress=progress).to_dict()
+        drift_after = drift(encoder, pooling, base_tok, expanded, drift_texts, drift_length)
+        clock.lap("distillation")
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
-    mlm = masked_lm_with_head(resolve_model(base_model))
-    if mlm is not None:
-        # Keep the checkpoint's MLM head for stage 2: embeddings grown as above (the decoder
-        # is tied to them) and the decoder bias grown consistently; AutoModel and
-        # SentenceTransformer load the encoder from this checkpoint as before.
-        old_bias = mlm.get_output_embeddings().bias.detach().clone()
-        expand_embeddings(mlm, new_ids, piece_ids, new_size)
-        with torch.no_grad():
-            bias = mlm.get_output_embeddings().bias
-            bias[: old_bias.shape[0]] = old_bias
-            bias[new_ids] = expand_mlm_bias(old_bias, piece_ids)[old_bias.shape[0]:]
-        mlm.save_pretrained(out_dir)
-    (out_dir / "domain_token_ids.json").write_text(json.dumps(new_ids))
-
-    words, fert_before, single_before = fertility(base_tok, heldout)
-    _, fert_after, single_after = fertility(expanded, heldout)
+    _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids)
+    write_domain_ids(out_dir, new_ids)
+    words, fert_before, single_before = fertility_of(Segmenter(state), held)
+    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), held)
+    clock.lap("save")
+    by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
     report = VocabReport(
-        base_vocab_size=len(base_tok),
-        domain_tokenizer_size=len(domain),
-        tokens_added=len(tokens),
-        skipped_unknown=skipped,
-        first_new_id=first_id,
-        kind=next(k for k, cls in SPECS.items() if isinstance(spec, cls)),
-        no_merge_chain=len(set(candidates) - set(entries)),
-        merge_intermediates=len(set(entries) - set(candidates)),
-        examples=[{"token": t, "base_pieces": entries[t]} for t in tokens[:: max(1, len(tokens) // 25)]],
-        heldout_words=words,
-        fertility_before=fert_before,
-        fertility_after=fert_after,
-        single_token_share_before=single_before,
-        single_token_share_after=single_after,
-    )
-    (out_dir / "vocab_report.json").write_text(report.to_json())
-    (out_dir / "vocab_report.md").write_text(report.to_markdown())
-    log.info("stage 1: added %d tokens; fertility %.3f -> %.3f", len(tokens), fert_before, fert_after)
+        base_vocab_size=len(base_tok), domain_tokenizer_size=len(domain), candidates=len(candidates),
+        tokens_added=len(tokens), skipped_unknown=skipped, first_new_id=first_id,
+        kind=next(k for k, c in SPECS.items() if isinstance(spec, c)), min_count=cfg.min_count,
+        max_tokens=cfg.max_tokens, rejected=dict(Counter(chosen.rejected.values())),
+        rejected_examples=_rejected_examples(chosen), thresholds=thresholds,
+        no_merge_chain=len(set(chosen.tokens) - set(entries)),
+        merge_intermediates=len(set(entries) - set(chosen.tokens)),
+        examples=[{"token": t, "base_pieces": entries[t], "uses": chosen.uses[t]} for t in by_saving[:25]
+                  if t in entries],
+        heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
+        single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
+        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, seconds=clock.laps)
+    write_vocab_report(out_dir, report.to_json(), report.to_markdown())
+    log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", len(tokens), len(candidates),
+             fert_before, fert_after)
     return report
+
+
+class _Clock:
+    """Seconds per named step."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._t
+        self._t = now

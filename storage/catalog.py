@@ -11,6 +11,9 @@ Views (refreshed by :meth:`Catalog.refresh`, which every flow calls at its end):
 ``filtered``           every candidate pair with the consistency/threshold decision, rank, cosine
 ``filter_manifests``   one row per filtered partition: counts kept and dropped
 ``training_pairs``     ``filtered`` rows that were kept: what training reads
+``eval_history``       every score of every evaluation run
+``publish_decisions``  one row per pipeline run's publish decision (published or not, and why)
+``published_models``   the decisions that published a model: what was published when
 
 "Latest" orders a PMID's rows by (PMID ``Version``, file sequence, record position): NCBI
 numbers baseline and update files in one sequence, so a revision in update file 1300
@@ -39,6 +42,18 @@ _EVAL_COLUMNS = {
     "task_checksum": "VARCHAR",
     "metric": "VARCHAR",
     "value": "DOUBLE",
+}
+_DECISION_COLUMNS = {
+    "run_id": "VARCHAR",
+    "decided_at": "TIMESTAMPTZ",
+    "candidate": "VARCHAR",
+    "candidate_fingerprint": "VARCHAR",
+    "published": "BOOLEAN",
+    "forced": "BOOLEAN",
+    "published_path": "VARCHAR",
+    "previous": "VARCHAR",
+    "message": "VARCHAR",
+    "scores": "MAP(VARCHAR, DOUBLE)",
 }
 _MANIFEST_COLUMNS = {
     "stage": "VARCHAR",
@@ -70,6 +85,12 @@ def _literal(value: str) -> str:
     """A SQL string literal. Only for paths derived from DataLayout: DuckDB takes no
     parameters in DDL, and views must name their files."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def _file_list(files: Sequence[Path]) -> str:
+    """The files as a list literal: each path read as it is, never as a glob pattern (a data
+    root whose path holds ``[``, ``*`` or ``?`` would match nothing, or the wrong files)."""
+    return "[" + ", ".join(_literal(str(f)) for f in files) + "]"
 
 
 class Catalog:
@@ -107,6 +128,8 @@ class Catalog:
         self._manifest_view("ingest_manifests", "ingest")
         self._manifest_view("filter_manifests", "filter")
         self._json_view("eval_history", self.layout.evaluations_dir, _EVAL_COLUMNS)
+        self._json_view("publish_decisions", self.layout.decisions_dir, _DECISION_COLUMNS)
+        self.con.execute("CREATE OR REPLACE VIEW published_models AS SELECT * FROM publish_decisions WHERE published")
         self.con.execute("CREATE OR REPLACE VIEW training_pairs AS SELECT * FROM filtered WHERE kept")
         self.con.execute(
             """
@@ -134,12 +157,11 @@ class Catalog:
         )
 
     def _parquet_view(self, view: str, dataset: str, schema: pa.Schema) -> None:
-        directory = self.layout.dataset_dir(dataset)
-        if any(directory.glob("source=*/part.parquet")):
-            glob = _literal(str(directory / "source=*" / "part.parquet"))
+        files = sorted(self.layout.dataset_dir(dataset).glob("source=*/part.parquet"))
+        if files:
             self.con.execute(
                 f"CREATE OR REPLACE VIEW {view} AS SELECT * EXCLUDE (source) FROM "
-                f"read_parquet({glob}, hive_partitioning = true, union_by_name = true)"
+                f"read_parquet({_file_list(files)}, hive_partitioning = true, union_by_name = true)"
             )
         else:  # no partitions yet: an empty relation with the right columns
             empty = schema.empty_table()  # noqa: F841 (read by DuckDB's replacement scan)
@@ -152,8 +174,9 @@ class Catalog:
 
     def _json_view(self, view: str, directory: Path, column_types: dict[str, str]) -> None:
         columns = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in column_types.items()) + "}"
-        if any(directory.glob("*.json")):
-            source = f"read_json({_literal(str(directory / '*.json'))}, columns = {columns})"
+        files = sorted(directory.glob("*.json"))
+        if files:
+            source = f"read_json({_file_list(files)}, columns = {columns})"
         else:
             cols = ", ".join(f"NULL::{t} AS {k}" for k, t in column_types.items())
             source = f"(SELECT {cols} WHERE false)"
@@ -162,6 +185,44 @@ class Catalog:
     # -- reading --------------------------------------------------------------------------
     def rows(self, sql: str, params: Sequence | None = None) -> list[tuple]:
         return self.con.execute(sql, params or []).fetchall()
+
+    def training_examples(self) -> list[tuple]:
+        """(query, document, [hard-negative documents]) of every kept pair, in a stable order; the
+        negatives are the documents of the rows the filter recorded, best first."""
+        return self.rows(
+            """
+            WITH refs AS (
+                SELECT source_file, pair_id, unnest(negatives) AS ref, generate_subscripts(negatives, 1) AS pos
+                FROM training_pairs WHERE len(negatives) > 0
+            ), docs AS (
+                SELECT r.source_file, r.pair_id, list(f.document ORDER BY r.pos) AS negatives
+                FROM refs r JOIN filtered f ON f.source_file = r.ref.source_file AND f.pair_id = r.ref.pair_id
+                GROUP BY r.source_file, r.pair_id
+            )
+            SELECT t.query, t.document, coalesce(d.negatives, []::VARCHAR[])
+            FROM training_pairs t LEFT JOIN docs d USING (source_file, pair_id)
+            ORDER BY t.source_file, t.pair_id
+            """
+        )
+
+    def eval_history(self, last: int, task: str | None = None) -> list[tuple]:
+        """(evaluated_at, run_id, model, task, metric, value, model_fingerprint) of the ``last``
+        evaluation runs, newest first, optionally of one task."""
+        return self.rows(
+            """
+            WITH runs AS (SELECT run_id, max(evaluated_at) AS run_at FROM eval_history GROUP BY run_id
+                          ORDER BY run_at DESC LIMIT ?)
+            SELECT h.evaluated_at, h.run_id, h.model, h.task, h.metric, h.value, h.model_fingerprint
+            FROM eval_history h JOIN runs USING (run_id)
+            WHERE ? IS NULL OR h.task = ? ORDER BY h.evaluated_at DESC, h.task, h.model
+            """, [last, task, task])
+
+    def decisions(self, last: int) -> list[tuple]:
+        """(decided_at, run_id, published, forced, candidate, published_path, message) of the
+        ``last`` publish decisions, newest first."""
+        return self.rows(
+            "SELECT decided_at, run_id, published, forced, candidate, published_path, message "
+            "FROM publish_decisions ORDER BY decided_at DESC LIMIT ?", [last])
 
     def file_stats(self) -> list[tuple]:
         """(partition, status, records_in, kept, dropped, deleted, error) per ingested file."""

@@ -38,7 +38,12 @@ class DataLayout:
     root: Path
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+        root = Path(self.root).expanduser().resolve()
+        if "?" in str(root):
+            # DuckDB reads what follows a '?' in a database path as options and cannot open the catalog.
+            raise ValueError(f"data root {root}: a path holding '?' cannot hold a DuckDB catalog; choose one without "
+                             "'?' (other characters, '[' and '*' included, are fine)")
+        object.__setattr__(self, "root", root)
 
     @property
     def raw_dir(self) -> Path:
@@ -52,6 +57,25 @@ class DataLayout:
     @property
     def evaluations_dir(self) -> Path:
         return self.root / "evaluations"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def current_model_path(self) -> Path:
+        """A symbolic link to the published model in use."""
+        return self.root / "models" / "current"
+
+    @property
+    def published_models_dir(self) -> Path:
+        """Immutable copies of published models, one folder per run."""
+        return self.root / "models" / "published"
+
+    @property
+    def decisions_dir(self) -> Path:
+        """One JSON record per publish decision."""
+        return self.root / "decisions"
 
     def dataset_dir(self, dataset: str) -> Path:
         return self.root / dataset

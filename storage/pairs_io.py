@@ -85,20 +85,47 @@ def _root_pairs(path: Path) -> list[tuple[str, str]]:
                         else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid")
 
 
+def _usable(text: object) -> bool:
+    return isinstance(text, str) and bool(text.strip())
+
+
+NEGATIVE_COLUMNS = ("negatives", "negative", *(f"negative_{i}" for i in range(2, 33)))
+"""Hard-negative columns of a pairs file: a list column ``negatives``, or ``negative``, ``negative_2``, …"""
+
+
+def read_examples(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple], int]:
+    """(usable (query, document, *hard negatives) rows, rows skipped as unusable) of a data root
+    (its filtered pairs with the negatives the filter kept) or a pairs file (its negative
+    columns, if any: :data:`NEGATIVE_COLUMNS`); non-text negatives are left out."""
+    path = Path(source).expanduser()
+    if _is_data_root(path) and (path / "manifests" / "filter").is_dir():
+        with Catalog(DataLayout(path)) as cat:
+            cat.refresh()
+            return [(q, d, *negs) for q, d, negs in cat.training_examples()], 0
+    if _is_data_root(path):
+        return _root_pairs(path), 0
+    if not path.is_file():
+        raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
+    rows, invalid = file_rows(path, (query_col, doc_col), optional=NEGATIVE_COLUMNS)
+    out = []
+    for q, d, *negs in rows:
+        if _usable(q) and _usable(d):
+            flat = [n for v in negs for n in (v if isinstance(v, list) else [v])]
+            out.append((q, d, *(n for n in flat if _usable(n))))
+    skipped = invalid + len(rows) - len(out)
+    if skipped:
+        log.warning("%s: skipped %d rows without a usable %s/%s", path, skipped, query_col, doc_col)
+    return out, skipped
+
+
 def read_pairs(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple[str, str]], int]:
     """(usable (query, document) pairs, rows skipped as unusable) of a data root or pairs file;
     skipped rows are logged with their count, never silently lost."""
     path = Path(source).expanduser()
     if _is_data_root(path):
         return _root_pairs(path), 0
-    if not path.is_file():
-        raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
-    rows, invalid = file_rows(path, (query_col, doc_col))
-    pairs = [(q, d) for q, d in rows if isinstance(q, str) and q.strip() and isinstance(d, str) and d.strip()]
-    skipped = invalid + len(rows) - len(pairs)
-    if skipped:
-        log.warning("%s: skipped %d rows without a usable %s/%s", path, skipped, query_col, doc_col)
-    return pairs, skipped
+    rows, skipped = read_examples(source, query_col, doc_col)
+    return [(q, d) for q, d, *_ in rows], skipped
 
 
 def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> list[str]:
@@ -112,7 +139,7 @@ def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) 
     rows, invalid = file_rows(path, columns)
     if invalid:
         log.warning("%s: skipped %d lines that are not JSON objects", path, invalid)
-    return [t for row in rows for t in row if isinstance(t, str) and t.strip()]
+    return [t for row in rows for t in row if _usable(t)]
 
 
 def corpus_fingerprint(source: str) -> str:
@@ -187,9 +214,9 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
     rows, invalid = file_rows(path, (query_col, doc_col), optional=("id",))
     out = PairRows([], [], [], {"invalid_json": invalid, "missing_query": 0, "missing_document": 0})
     for i, (q, d, pid) in enumerate(rows):
-        if not isinstance(q, str) or not q.strip():
+        if not _usable(q):
             out.bad["missing_query"] += 1
-        elif not isinstance(d, str) or not d.strip():
+        elif not _usable(d):
             out.bad["missing_document"] += 1
         else:
             out.pair_ids.append(str(pid if pid is not None else i))

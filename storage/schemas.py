@@ -54,9 +54,11 @@ FILTERED = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("cosine", pa.float32(), nullable=False),
         pa.field("chunk", pa.int32(), nullable=False),
+        pa.field("negatives", pa.list_(pa.struct([("source_file", pa.string()), ("pair_id", pa.string())]))),
     ],
-    metadata={"dataset": "filtered", "schema_version": "1"},
+    metadata={"dataset": "filtered", "schema_version": "2"},
 )
 """Every candidate pair with the filter's decision: ``rank`` of its own document among the
-chunk's distinct documents (``depth + 1`` = deeper than searched; 0 in threshold mode) and
-cosine(query, document)."""
+chunk's distinct documents (``depth + 1`` = deeper than searched; 0 in threshold mode),
+cosine(query, document), and its hard negatives: the rows whose documents the search ranked
+highest for its query below its own document (consistency mode; empty in threshold mode)."""

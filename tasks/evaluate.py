@@ -16,7 +16,7 @@ from mosaic_core import evaluation
 from mosaic_core.config import EvalTaskSpec
 from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.models import resolve_model
-from mosaic_core.train import split_heldout
+from mosaic_core.heldout import retrieval_data, split_heldout
 from mosaic_core.versioning import code_version
 from storage.benchmarks import read_beir, read_sts
 from storage.pairs_io import corpus_fingerprint, read_pairs
@@ -71,7 +71,7 @@ def _load_task(spec: EvalTaskSpec, checksum: str):
         raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({len(pairs)}) to hold any out")
     if spec.kind == "verses":
         return _verse_task(spec, heldout)
-    corpus, queries, qrels = evaluation.heldout_retrieval_data(train, heldout, spec.pool)
+    corpus, queries, qrels = retrieval_data(train, heldout, spec.pool)
     return evaluation.retrieval_task(spec.name, corpus, queries, qrels,
                                      f"held-out pairs of {spec.path}: {len(queries)} queries, {len(corpus)} documents")
 

@@ -102,14 +102,20 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
     q = np.concatenate([m[0] for m in embs]) if embs else np.zeros((0, 1), np.float32)
     d = np.concatenate([m[1] for m in embs]) if embs else np.zeros((0, 1), np.float32)
     docs = [t for r in rows for t in r.documents]
+    refs = [{"source_file": e.partition.name, "pair_id": pid} for e, r in zip(encoded, rows, strict=True)
+            for pid in r.pair_ids]
     kept, rank, cosine = (np.zeros(len(docs), bool), np.zeros(len(docs), np.int32), np.zeros(len(docs), np.float32))
+    negatives: list[list[dict]] = [[] for _ in docs]
     for lo in range(0, len(docs), cfg.chunk_size):
         hi = min(lo + cfg.chunk_size, len(docs))
         if cfg.mode == "threshold":
             res = consistency.threshold_filter(q[lo:hi], d[lo:hi], cfg.threshold)
         else:
-            res = consistency.consistency_filter(q[lo:hi], d[lo:hi], cfg.k, doc_keys=docs[lo:hi])
+            res = consistency.consistency_filter(q[lo:hi], d[lo:hi], cfg.k, doc_keys=docs[lo:hi],
+                                                 negatives=cfg.hard_negatives)
         kept[lo:hi], rank[lo:hi], cosine[lo:hi] = res.kept, res.rank, res.cosine
+        for i, found in enumerate(res.negatives or []):
+            negatives[lo + i] = [refs[lo + j] for j in found]
     manifests, offset = [], 0
     for e, r in zip(encoded, rows, strict=True):
         n = len(r.queries)
@@ -118,9 +124,9 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
         out = layout.partition_path("filtered", e.partition.name)
         write_partition(out, schemas.FILTERED, [[
             {"pair_id": pid, "source_file": e.partition.name, "query": qt, "document": dt, "kept": bool(k),
-             "rank": int(rk), "cosine": float(c), "chunk": chunk}
-            for pid, qt, dt, k, rk, c in zip(r.pair_ids, r.queries, r.documents, kept[sl], rank[sl], cosine[sl],
-                                            strict=True)]])
+             "rank": int(rk), "cosine": float(c), "chunk": chunk, "negatives": negs}
+            for pid, qt, dt, k, rk, c, negs in zip(r.pair_ids, r.queries, r.documents, kept[sl], rank[sl], cosine[sl],
+                                                  negatives[sl], strict=True)]])
         n_kept = int(kept[sl].sum())
         dropped = Counter({"inconsistent" if cfg.mode == "consistency" else "below_threshold": n - n_kept})
         dropped.update(r.bad)

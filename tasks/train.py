@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,16 +22,25 @@ import torch
 from prefect import Task, task
 from prefect.context import TaskRunContext
 
-from mosaic_core import gradcache, losses, model, train
+from mosaic_core import gradcache, heldout, losses, merge, model, trainer
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.heldout import RetrievalProbe, split_indices
+from mosaic_core.modeldir import is_complete_stage, read_stage_record, write_stage_record
 from mosaic_core.models import resolve_model
+from mosaic_core.trainer import Hooks, PairSet, fail_after
+from mosaic_core.trainer import build as trainer_build
+from mosaic_core.trainer import data as trainer_data
+from mosaic_core.trainer import loop as trainer_loop
+from mosaic_core.trainer import state as trainer_state
+from mosaic_core.trainer import stage as trainer_stage
 from mosaic_core.versioning import code_version
-from storage.pairs_io import corpus_fingerprint, read_pairs
+from storage.pairs_io import corpus_fingerprint, read_examples
 from tasks.keys import cache_key
 
 log = logging.getLogger(__name__)
-CODE_VERSION = code_version(train, gradcache, losses, model)
+CODE_VERSION = code_version(trainer, trainer_build, trainer_data, trainer_loop, trainer_state, trainer_stage,
+                            gradcache, heldout, losses, model)
 FAIL_ENV = "MOSAIC_FAIL_STAGE_AT_STEP"
 """Test hook: ``NAME:STEP`` makes stage NAME fail after optimizer step STEP (crash/resume drills)."""
 
@@ -50,9 +61,27 @@ def injected_failure(stage: str) -> int | None:
     return int(step) if name == stage and step else None
 
 
-def load_split(pairs_source: str, cfg: TrainConfig) -> tuple[list, list]:
-    pairs, _ = read_pairs(pairs_source, cfg.query_column, cfg.document_column)
-    return train.split_heldout(pairs, cfg.heldout_pairs)
+def stage_hooks(stage: StageConfig) -> Hooks:
+    """The loop's callbacks: a failure drill when ``MOSAIC_FAIL_STAGE_AT_STEP`` names this stage."""
+    step = injected_failure(stage.name)
+    return Hooks(after_step=[fail_after(step)] if step is not None else [], progress=True)
+
+
+def load_split(pairs_source: str, cfg: TrainConfig) -> tuple[PairSet, RetrievalProbe | None]:
+    """(training examples, validation retrieval): the test and validation pairs (by content hash,
+    :mod:`mosaic_core.heldout`) are kept out of training, their documents out of the training
+    pairs' hard negatives too."""
+    rows, _ = read_examples(pairs_source, cfg.query_column, cfg.document_column)
+    data = PairSet.of(rows)
+    split = split_indices(data.pairs(), cfg.heldout_pairs, cfg.validation_pairs)
+    train = data.subset(split.train)
+    if train.negatives:
+        held = {data.documents[i] for i in (*split.validation, *split.test)}
+        train.negatives = [tuple(n for n in negs if n not in held) for negs in train.negatives]
+    if not split.validation:
+        return train, None
+    validation = data.subset(split.validation)
+    return train, RetrievalProbe.from_pairs(train.pairs(), validation.pairs(), cfg.validation_pool)
 
 
 def default_processes() -> int:
@@ -67,10 +96,10 @@ def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cf
     fingerprint = stage_fingerprint(input_model, pairs_source, stage, cfg, out_dir)
     if processes > 1:
         return _launch(input_model, pairs_source, stage, cfg, out_dir, processes, fingerprint)
-    pairs, heldout = load_split(pairs_source, cfg)
-    log.info("stage %s: %d training pairs, %d held out, from %s", stage.name, len(pairs), len(heldout), input_model)
-    result = train.train_stage(input_model, pairs, stage, Path(out_dir), heldout, fingerprint,
-                               fail_at_step=injected_failure(stage.name))
+    data, validation = load_split(pairs_source, cfg)
+    log.info("stage %s: %d training pairs, %d validation queries, from %s", stage.name, len(data),
+             len(validation.queries) if validation else 0, input_model)
+    result = trainer.train_stage(input_model, data, stage, Path(out_dir), validation, fingerprint, stage_hooks(stage))
     return asdict(result)
 
 
@@ -82,8 +111,7 @@ def _launch(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainC
     spec = out / "launch.json"
     spec.write_text(json.dumps({"input_model": input_model, "pairs_source": pairs_source,
                                 "stage": stage.model_dump(mode="json"), "cfg": cfg.model_dump(mode="json"),
-                                "out_dir": out_dir, "fingerprint": fingerprint,
-                                "fail_at_step": injected_failure(stage.name)}))
+                                "out_dir": out_dir, "fingerprint": fingerprint}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
            "-m", "tasks.train_worker", str(spec)]
     log.info("stage %s: launching %d ranks: %s", stage.name, processes, " ".join(cmd))
@@ -93,9 +121,45 @@ def _launch(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainC
     if done.returncode:
         raise RuntimeError(f"stage {stage.name}: torchrun exited with {done.returncode}; last output:\n"
                            + (done.stdout + done.stderr)[-4000:])
-    return json.loads((out / "stage.json").read_text())["result"]
+    return read_stage_record(out)["result"]
+
+
+def _merge_cache_key(context: TaskRunContext, p: dict) -> str:
+    cfg: TrainConfig = p["cfg"]
+    return cache_key("merge", model_fingerprint(resolve_model(p["start_model"])),
+                     model_fingerprint(resolve_model(p["end_model"])), corpus_fingerprint(p["pairs_source"]),
+                     cfg.config_hash(), code_version(merge), str(Path(p["out_dir"]).resolve()))
+
+
+@task(name="merge", cache_key_fn=_merge_cache_key, persist_result=True, retries=0)
+def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainConfig, out_dir: str) -> dict:
+    """WiSE-FT: the interpolation of ``start_model`` and ``end_model`` with the best validation
+    NDCG@10 among ``cfg.merge_weights`` and 1.0 (the end model), written to ``out_dir``; returns a
+    stage-like result (``merge_weight``, every weight's validation scores in ``evals``)."""
+    t0 = time.perf_counter()
+    _, validation = load_split(pairs_source, cfg)
+    last = cfg.stages[-1]
+    out = Path(out_dir)
+    weight, scores = merge.choose_weight(start_model, end_model, validation, (*cfg.merge_weights, 1.0),
+                                         out / "candidates", last.query_max_length, last.document_max_length)
+    chosen = resolve_model(end_model) if weight == 1.0 else str(out / "candidates" / f"w{weight:g}")
+    shutil.copytree(chosen, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("candidates", "stage.json"))
+    shutil.rmtree(out / "candidates", ignore_errors=True)
+    result = {"stage": "merge", "out_dir": out_dir, "steps": 0, "pairs": 0, "seconds": time.perf_counter() - t0,
+              "resumed_from": None, "final": {}, "evals": [{"step": 0, **s} for s in scores],
+              "merge_weight": weight, "best_step": None}
+    write_stage_record(out, {"config": {"merge_weights": list(cfg.merge_weights)}, "input_model": end_model,
+                             "start_model": start_model, "result": result})
+    log.info("merge: weight %.2f of the last stage (validation NDCG@10 %s)", weight,
+             ", ".join(f"{s['weight']:g}: {s['ndcg@10']:.4f}" for s in scores))
+    return result
+
+
+def merge_task_for(out_dir: str) -> Task:
+    """``merge_task``, bypassing Prefect's cache when its model is gone."""
+    return merge_task.with_options(refresh_cache=not is_complete_stage(out_dir))
 
 
 def train_stage_for(out_dir: str) -> Task:
     """``train_stage_task``, bypassing Prefect's cache when the stage's model is gone."""
-    return train_stage_task.with_options(refresh_cache=not (Path(out_dir) / "stage.json").exists())
+    return train_stage_task.with_options(refresh_cache=not is_complete_stage(out_dir))

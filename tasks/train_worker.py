@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from mosaic_core.config import StageConfig, TrainConfig
-from mosaic_core.train import train_stage
-from tasks.train import load_split
+from mosaic_core.trainer import train_stage
+from tasks.train import load_split, stage_hooks
 
 
 def main(spec_path: str) -> None:
@@ -24,10 +24,11 @@ def main(spec_path: str) -> None:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     torch.distributed.init_process_group("nccl" if cuda else "gloo")
     try:
-        pairs, heldout = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]))
-        train_stage(spec["input_model"], pairs, StageConfig.model_validate(spec["stage"]), Path(spec["out_dir"]),
-                    heldout, spec["fingerprint"], fail_at_step=spec["fail_at_step"],
-                    progress=sys.stderr.isatty())
+        data, validation = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]))
+        stage = StageConfig.model_validate(spec["stage"])
+        hooks = stage_hooks(stage)
+        hooks.progress = sys.stderr.isatty()
+        train_stage(spec["input_model"], data, stage, Path(spec["out_dir"]), validation, spec["fingerprint"], hooks)
     finally:
         torch.distributed.destroy_process_group()
 

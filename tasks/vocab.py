@@ -9,16 +9,17 @@ from pathlib import Path
 from prefect import Task, task
 from prefect.context import TaskRunContext
 
-from mosaic_core import vocab
+from mosaic_core import distill, selection, vocab
 from mosaic_core.config import VocabConfig
 from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.modeldir import has_domain_ids
 from mosaic_core.models import resolve_model
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, corpus_texts
 from tasks.keys import cache_key
 
 log = logging.getLogger(__name__)
-CODE_VERSION = code_version(vocab)
+CODE_VERSION = code_version(vocab, selection, distill)
 
 
 def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
@@ -41,13 +42,11 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     texts = corpus_texts(corpus, cfg.text_columns)
     log.info("stage 1: %d texts from %s", len(texts), corpus)
     reduce_texts = corpus_texts(cfg.reduce_to_corpus, cfg.text_columns) if cfg.reduce_to_corpus else None
-    report = vocab.build_expanded_model(
-        cfg.base_model, texts, Path(out_dir), cfg.vocab_size, cfg.min_frequency, cfg.heldout_every, reduce_texts
-    )
+    report = vocab.build_expanded_model(texts, Path(out_dir), cfg, reduce_texts, progress=True)
     return {"out_dir": out_dir, **asdict(report)}
 
 
 def expand_vocabulary_for(out_dir: str) -> Task:
     """``expand_vocabulary``, bypassing Prefect's cache when the output directory is gone."""
-    done = (Path(out_dir) / "domain_token_ids.json").exists()
+    done = has_domain_ids(out_dir)
     return expand_vocabulary.with_options(refresh_cache=not done)

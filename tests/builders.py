@@ -79,6 +79,14 @@ def pubmed_xml(citations: list[str], deleted: tuple[int, ...] = (), shape: str =
     return '<?xml version="1.0"?>\n<PubmedArticleSet>\n' + body + dc + "\n</PubmedArticleSet>\n"
 
 
+def stage1_config(base: Path | str, **kw):
+    """Stage 1 for tiny test corpora: every candidate seen at least once, mean-initialised rows
+    (distillation has tests of its own)."""
+    from mosaic_core.config import VocabConfig
+
+    return VocabConfig(**{"base_model": str(base), "min_count": 1, "init": "mean", **kw})
+
+
 def write_xml(path: Path, xml: str, md5_sidecar: bool = False) -> Path:
     """Write ``xml`` (gzipped if the name ends in .gz), optionally with an NCBI-style .md5."""
     path.parent.mkdir(parents=True, exist_ok=True)

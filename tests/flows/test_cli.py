@@ -10,7 +10,7 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     "command", [[], ["ingest"], ["stats"], ["run"], ["filter"], ["vocab"], ["pairs"], ["pairs", "islamic"],
-                ["train"], ["eval"], ["history"], ["diagnose"], ["probe"]]
+                ["train"], ["eval"], ["history"], ["publish"], ["diagnose"], ["probe"]]
 )
 def test_help_on_every_subcommand(command):
     result = runner.invoke(app, [*command, "--help"])

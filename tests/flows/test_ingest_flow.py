@@ -113,14 +113,39 @@ def test_http_mirror_with_transient_failure(tmp_path, http_mirror):
         assert cat.rows("SELECT pmid FROM latest_pairs") == [(2,)]
 
 
-def test_dask_task_runner_runs_the_per_file_map(tmp_path):
-    """The --workers/--dask-address path: per-file tasks on a local Dask cluster of processes."""
-    from prefect_dask import DaskTaskRunner
+def test_dask_task_runner_runs_the_per_file_map_on_loopback_only(tmp_path):
+    """The --workers path: per-file tasks on a local Dask cluster of processes whose scheduler and
+    dashboard listen on 127.0.0.1, never on every interface."""
+    from urllib.parse import urlparse
+
+    from flows.runners import task_runner
 
     src, root = tmp_path / "src", str(tmp_path / "root")
     for n in range(1, 4):
         src_file(src, n, [10 * n, 10 * n + 1])
-    runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True})
-    manifests = ingest_flow.with_options(task_runner=runner)(IngestConfig(source=str(src)), root, progress=False)
+    runner = task_runner(workers=2)
+    with runner:
+        client = runner.client
+        assert urlparse(client.scheduler.address).hostname == "127.0.0.1"
+        assert urlparse(client.dashboard_link).hostname == "127.0.0.1"
+    manifests = ingest_flow.with_options(task_runner=task_runner(workers=2))(IngestConfig(source=str(src)), root,
+                                                                             progress=False)
     assert sorted(m.partition for m in manifests) == ["pubmed26n0001", "pubmed26n0002", "pubmed26n0003"]
     assert sum(m.kept for m in manifests) == 6
+
+
+def test_the_hand_written_sample_ingests_with_revisions_deletions_and_inline_markup(tmp_path):
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "fixtures" / "pubmed_sample"
+    root = str(tmp_path / "root")
+    ingest_flow(IngestConfig(source=str(sample)), root, progress=False)
+    with Catalog(DataLayout(root)) as cat:
+        cat.refresh()
+        latest = {pmid: (title, source) for pmid, title, source in
+                  cat.rows("SELECT pmid, title, source_file FROM latest_citations")}
+    assert 90000010 not in latest  # deleted by the update file
+    assert latest[90000003][1] == "pubmed26n0002"  # the revised version from the update file wins
+    assert latest[90000011][0].startswith("Low-dose aspirin")  # new in the update file
+    assert "transfusion-dependent beta-thalassaemia" in latest[90000001][0]  # <i>beta</i> kept as text
+    assert len(latest) == 10  # 10 baseline citations + 1 new - 1 deleted

@@ -5,6 +5,7 @@ from builders import pubmed_xml, tiny_bert, tiny_pipeline_yaml, varied_articles,
 
 from flows.rebuild import rebuild
 from storage.layout import DataLayout
+from storage.published import current_model
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -18,6 +19,11 @@ def test_rebuild_runs_only_when_the_mirror_has_new_files_on_dask(tmp_path, http_
 
     first = rebuild(str(config), str(root))
     assert first["rebuilt"] and first["changes"]["new"] == ["pubmed26n0001"]
+    decision = first["decision"]  # published exactly when the final model is not worse than the base
+    base = decision["references"]["base"]
+    assert decision["published"] == all(decision["scores"][t] >= base[t] for t in base)
+    assert decision["scores"].keys() == base.keys() == {"heldout"}
+    assert (current_model(DataLayout(root)) is not None) == decision["published"]
     assert (root / "report" / "report.html").is_file()
     assert json.loads(DataLayout(root).snapshot_state_path.read_text()) == {"pubmed26n0001": "pubmed26n0001.xml.gz"}
     ingest_manifest = root / "manifests" / "ingest" / "pubmed26n0001.json"
@@ -30,5 +36,7 @@ def test_rebuild_runs_only_when_the_mirror_has_new_files_on_dask(tmp_path, http_
               md5_sidecar=True)
     third = rebuild(str(config), str(root))
     assert third["rebuilt"] and third["changes"]["new"] == ["pubmed26n0002"]
+    # The published model (if any) is a reference of the next decision and was scored with the rest.
+    assert ("published" in third["decision"]["references"]) == decision["published"]
     assert ingest_manifest.stat().st_mtime_ns == written  # the old partition came from cache
     assert third["pairs"] == first["pairs"] + 12

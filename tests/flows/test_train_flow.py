@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from builders import tiny_bert
+from builders import stage1_config, tiny_bert
 
 from flows.train import train_flow
 from mosaic_core.config import StageConfig, TrainConfig
@@ -21,8 +21,8 @@ def inputs(tmp_path_factory):
     corpus = root / "pairs.jsonl"
     corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS) + "{broken line\n")
     stage1 = root / "stage1"
-    build_expanded_model(str(tiny_bert(root / "base")), [t for p in PAIRS for t in p.values()] * 3, stage1,
-                         vocab_size=300, min_frequency=2)
+    build_expanded_model([t for p in PAIRS for t in p.values()] * 3, stage1,
+                         stage1_config(tiny_bert(root / "base"), vocab_size=300))
     return str(stage1), str(corpus)
 
 
@@ -46,13 +46,14 @@ def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeyp
     joint, contrastive = train_flow(stage1, corpus, config(), str(out))
     assert (out / "1-joint" / "stage.json").stat().st_mtime_ns == joint_done  # completed stage: from cache
     assert contrastive["resumed_from"] == 2 and contrastive["steps"] == 3  # failed stage: resumed
-    assert joint["pairs"] == len(PAIRS) - 4 and joint["evals"][-1]["n"] == 4
+    # 4 test pairs and 4 validation pairs (a fifth of the rest) are held out; validation scores the stage.
+    assert joint["pairs"] == len(PAIRS) - 8 and joint["evals"][-1]["n"] == 4
     assert json.loads((out / "2-contrastive" / "stage.json").read_text())["input_model"] == str(out / "1-joint")
 
     again = train_flow(stage1, corpus, config(), str(out))
     assert again == [joint, contrastive]  # everything cached
     changed = train_flow(stage1, corpus, config(heldout_pairs=2), str(out))
-    assert changed[0]["pairs"] == len(PAIRS) - 2  # a new data split retrains
+    assert changed[0]["pairs"] == len(PAIRS) - 2 - 4  # a new data split retrains
 
 
 def test_two_process_data_parallel_stage(inputs, tmp_path):

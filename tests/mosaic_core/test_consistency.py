@@ -77,3 +77,26 @@ def test_shape_errors():
         consistency_filter(np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32))
     with pytest.raises(ValueError, match="k must"):
         consistency_filter(np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), k=0)
+
+
+def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negatives():
+    rng = np.random.default_rng(7)
+    q = unit(rng.normal(size=(200, 16)))
+    d = unit(q + rng.normal(scale=0.35, size=q.shape))
+    keys = [str(i % 150) for i in range(200)]  # pairs 150..199 repeat the documents of pairs 0..49
+    res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, depth=10)
+    uniq_keys = list(dict.fromkeys(keys))
+    first = [keys.index(u) for u in uniq_keys]
+    scores = q @ d[first].T
+    for i in range(len(q)):
+        own_doc = uniq_keys.index(keys[i])
+        own = scores[i, own_doc]
+        searched = np.argsort(-scores[i], kind="stable")[:10]  # what a depth-10 search retrieves
+        expected = [first[j] for j in searched if j != own_doc and scores[i, j] < own][:3]
+        assert res.negatives[i] == expected, i
+        assert all(keys[j] != keys[i] for j in res.negatives[i])  # never a copy of its own document
+    assert sum(map(len, res.negatives)) > 0.5 * 3 * len(q)
+    # A pair whose own document ranks second keeps the one above it out of its negatives.
+    second = next(i for i in range(len(q)) if res.rank[i] == 2)
+    above = first[int(np.argmax(scores[second]))]
+    assert above not in res.negatives[second]

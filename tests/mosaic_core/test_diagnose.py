@@ -1,7 +1,7 @@
 import json
 
 import torch
-from builders import tiny_bert
+from builders import stage1_config, tiny_bert
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from mosaic_core.diagnose import diagnose_term, term_sentences
@@ -43,7 +43,8 @@ def test_mlm_logit_and_rank_match_the_checkpoints_masked_lm(tmp_path):
 def test_expanded_term_is_one_domain_token_with_a_fresh_head_flagged(tmp_path):
     base = tiny_bert(tmp_path / "base")
     out = tmp_path / "expanded"
-    build_expanded_model(str(base), ["cardiomyopathy in the patient"] * 40, out, vocab_size=300, heldout_every=10)
+    build_expanded_model(["cardiomyopathy in the patient"] * 40, out, stage1_config(base, vocab_size=300,
+                                                                                     heldout_every=10))
     result = diagnose_term(str(out), "cardiomyopathy", ["The cardiomyopathy was severe."], base_model=str(base))
     assert result.single_token and result.in_domain_vocab and len(result.base_pieces) > 1
     assert "fresh" in result.head and result.row == "embedding row"

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from builders import tiny_bert
+from builders import stage1_config, tiny_bert
 from sentence_transformers import SentenceTransformer
 
 from mosaic_core.encode import Encoder, pool, read_st_pooling, resolve_precision
@@ -27,7 +27,8 @@ def test_pooling_config_of_a_saved_stage1_model(tmp_path):
     from mosaic_core.vocab import build_expanded_model
 
     base = tiny_bert(tmp_path / "base")
-    build_expanded_model(str(base), ["the patient cells"] * 40, tmp_path / "out", vocab_size=120, heldout_every=10)
+    build_expanded_model(["the patient cells"] * 40, tmp_path / "out", stage1_config(base, vocab_size=120,
+                                                                                   heldout_every=10))
     assert read_st_pooling(str(tmp_path / "out")) == ("mean", False)  # sentence-transformers 6 format
     assert Encoder.load(str(tmp_path / "out"), precision="fp32").encode(["a cell"]).shape == (1, 32)
 

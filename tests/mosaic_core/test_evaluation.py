@@ -8,13 +8,13 @@ from sentence_transformers import SentenceTransformer
 
 from mosaic_core.evaluation import (
     TaskUnavailable,
-    heldout_retrieval_data,
     hub_task,
     retrieval_task,
     score_task,
     sts_task,
     verse_retrieval_data,
 )
+from mosaic_core.heldout import retrieval_data
 from mosaic_core.report import write_report
 from storage.benchmarks import BenchmarkError, read_beir, read_sts
 
@@ -91,11 +91,11 @@ def test_missing_data_is_a_clear_error(tmp_path):
 def test_heldout_task_adds_distractors_and_keeps_one_relevant_doc():
     train = [(f"q{i}", f"doc {i}") for i in range(50)]
     heldout = [("hq1", "held doc 1"), ("hq2", "held doc 2")]
-    corpus, queries, qrels = heldout_retrieval_data(train, heldout, pool=20)
+    corpus, queries, qrels = retrieval_data(train, heldout, pool=20)
     assert len(corpus) == 22 and len(queries) == 2
     texts = {c["id"]: c["text"] for c in corpus}
     assert [texts[next(iter(qrels[q]))] for q in queries] == ["held doc 1", "held doc 2"]
-    assert heldout_retrieval_data(train, heldout, pool=20)[0] == corpus  # stable
+    assert retrieval_data(train, heldout, pool=20)[0] == corpus  # stable
 
 
 VERSES = {(1, 1): "the patient cells were studied", (1, 2): "a cell of the patient", (2, 1): "cells with q and a",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from builders import tiny_bert
+from builders import stage1_config, tiny_bert
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
@@ -14,7 +14,7 @@ from mosaic_core.config import StageConfig
 from mosaic_core.gradcache import joint_backward
 from mosaic_core.losses import JointLoss
 from mosaic_core.model import PairCollator, build_model
-from mosaic_core.train import train_stage
+from mosaic_core.trainer import Hooks, train_stage
 from mosaic_core.vocab import build_expanded_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -42,11 +42,11 @@ def test_gradient_cache_on_cuda_equals_the_big_batch_on_cpu(tmp_path):
 
 def test_bf16_joint_stage_on_cuda_learns_keeps_fp32_weights_and_saves_a_loadable_model(tmp_path):
     stage1 = tmp_path / "stage1"
-    build_expanded_model(str(tiny_bert(tmp_path / "base")), [t for p in PAIRS for t in p] * 3, stage1,
-                         vocab_size=300, min_frequency=2)
+    build_expanded_model([t for p in PAIRS for t in p] * 3, stage1,
+                         stage1_config(tiny_bert(tmp_path / "base"), vocab_size=300))
     cfg = StageConfig(name="joint", kind="joint", batch_size=8, chunk_size=4, max_steps=20, lr=1e-3,
                       precision="bf16", log_every=1, checkpoint_every=100)
-    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "out", progress=False)  # device: cuda
+    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "out", hooks=Hooks(progress=False))  # device: cuda
     log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
     totals = [r["total"] for r in log]
     assert len(totals) == result.steps == 20 and all(t == t and t < 1e4 for t in totals)

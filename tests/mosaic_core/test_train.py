@@ -1,21 +1,25 @@
 import json
+import math
 
 import pytest
 import torch
-from builders import tiny_bert
+from builders import stage1_config, tiny_bert
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
 from mosaic_core.config import StageConfig, TrainConfig
-from mosaic_core.model import HEAD_WEIGHTS, build_model
-from mosaic_core.train import (
+from mosaic_core.heldout import RetrievalProbe
+from mosaic_core.model import build_model
+from mosaic_core.modeldir import HEAD_WEIGHTS, read_domain_ids
+from mosaic_core.trainer import (
     BatchPlan,
+    Hooks,
     InjectedFailure,
+    PairSet,
     StageInputError,
+    fail_after,
     frequency_entropy,
-    heldout_retrieval,
-    read_domain_ids,
     train_stage,
 )
 from mosaic_core.vocab import build_expanded_model
@@ -30,7 +34,7 @@ PAIRS = [(f"{t} in the patient {i}", f"the patient with {t} was treated; {t} and
 def stage1(tmp_path_factory):
     base = tiny_bert(tmp_path_factory.mktemp("base"))
     out = tmp_path_factory.mktemp("stage1")
-    build_expanded_model(str(base), [t for p in PAIRS for t in p] * 3, out, vocab_size=300, min_frequency=2)
+    build_expanded_model([t for p in PAIRS for t in p] * 3, out, stage1_config(base, vocab_size=300))
     assert read_domain_ids(str(out)) is not None
     return out
 
@@ -41,17 +45,25 @@ def stage(**kw) -> StageConfig:
     return StageConfig(**{**defaults, **kw})
 
 
+def quiet() -> Hooks:
+    return Hooks(progress=False)
+
+
+def crash(step: int) -> Hooks:
+    return Hooks(after_step=[fail_after(step)], progress=False)
+
+
 def weights(path) -> dict[str, torch.Tensor]:
     return AutoModel.from_pretrained(path).state_dict()
 
 
 def test_resume_after_a_crash_reproduces_the_uninterrupted_run(stage1, tmp_path):
     cfg = stage()
-    full = train_stage(str(stage1), PAIRS, cfg, tmp_path / "full", fingerprint="f", progress=False)
+    full = train_stage(str(stage1), PAIRS, cfg, tmp_path / "full", fingerprint="f", hooks=quiet())
     with pytest.raises(InjectedFailure):
-        train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", fail_at_step=3, progress=False)
+        train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", hooks=crash(3))
     assert (tmp_path / "crash" / "checkpoints" / "step-00000002").is_dir()
-    resumed = train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", progress=False)
+    resumed = train_stage(str(stage1), PAIRS, cfg, tmp_path / "crash", fingerprint="f", hooks=quiet())
     assert resumed.resumed_from == 2 and resumed.steps == full.steps == 5
     a, b = weights(tmp_path / "full"), weights(tmp_path / "crash")
     for name in a:
@@ -68,14 +80,15 @@ def test_resume_after_a_crash_reproduces_the_uninterrupted_run(stage1, tmp_path)
 
 def test_checkpoint_for_another_config_is_not_resumed(stage1, tmp_path):
     with pytest.raises(InjectedFailure):
-        train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="old", fail_at_step=2, progress=False)
-    result = train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="new", progress=False)
+        train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="old", hooks=crash(2))
+    result = train_stage(str(stage1), PAIRS, stage(), tmp_path / "s", fingerprint="new", hooks=quiet())
     assert result.resumed_from is None
 
 
 def test_saved_stage_loads_everywhere_and_carries_head_and_vocabulary(stage1, tmp_path):
     out = tmp_path / "joint"
-    result = train_stage(str(stage1), PAIRS[:20], stage(max_steps=3), out, heldout=PAIRS[20:], progress=False)
+    probe = RetrievalProbe.from_pairs(PAIRS[:20], PAIRS[20:], pool=0)
+    result = train_stage(str(stage1), PAIRS[:20], stage(max_steps=3), out, validation=probe, hooks=quiet())
     assert result.evals and 0.0 <= result.evals[-1]["recall@1"] <= 1.0 and result.evals[-1]["n"] == 4
     st = SentenceTransformer(str(out), device="cpu")
     emb = st.encode(["cardiomyopathy in the patient"])
@@ -94,7 +107,7 @@ def test_saved_stage_loads_everywhere_and_carries_head_and_vocabulary(stage1, tm
 
 def test_mlm_warmup_trains_only_domain_rows_and_head_and_lowers_the_loss(stage1, tmp_path):
     cfg = stage(name="mlm", kind="mlm", lr=5e-3, max_steps=25, mlm_probability=0.5, warmup_ratio=0.0)
-    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", hooks=quiet())
     log = [json.loads(x) for x in (tmp_path / "mlm" / "train_log.jsonl").read_text().splitlines()]
     first, last = sum(r["mlm"] for r in log[:5]) / 5, sum(r["mlm"] for r in log[-5:]) / 5
     assert last < first - 0.3, (first, last)
@@ -113,11 +126,12 @@ def test_mlm_warmup_trains_only_domain_rows_and_head_and_lowers_the_loss(stage1,
 
 
 def test_head_only_warmup_leaves_every_encoder_weight_and_lowers_the_loss(stage1, tmp_path):
-    cfg = stage(name="mlm", kind="mlm", lr=2e-2, max_steps=25, mlm_probability=0.5, warmup_ratio=0.0,
+    cfg = stage(name="mlm", kind="mlm", lr=5e-2, max_steps=50, mlm_probability=0.5, warmup_ratio=0.0,
                 mlm_rows=False)
-    train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", hooks=quiet())
     log = [json.loads(x) for x in (tmp_path / "mlm" / "train_log.jsonl").read_text().splitlines()]
-    assert sum(r["mlm"] for r in log[-5:]) / 5 < sum(r["mlm"] for r in log[:5]) / 5 - 0.3
+    # |V_D| = 10 here (ln 10 = 2.30): the head alone moves the loss by a tenth in 50 steps.
+    assert sum(r["mlm"] for r in log[-5:]) / 5 < sum(r["mlm"] for r in log[:5]) / 5 - 0.15
     before, after = weights(stage1), weights(tmp_path / "mlm")
     for name in before:
         assert torch.equal(after[name], before[name]), name  # embedding rows included
@@ -131,7 +145,7 @@ def test_mlm_warmup_stops_at_the_first_step_its_loss_is_below_target_and_resumes
     import math
     cfg = stage(name="mlm", kind="mlm", lr=5e-3, max_steps=16, mlm_probability=0.5, warmup_ratio=0.0,
                 checkpoint_every=1, schedule="constant")
-    uncapped = train_stage(str(stage1), PAIRS, cfg, tmp_path / "uncapped", progress=False)  # logs every step
+    uncapped = train_stage(str(stage1), PAIRS, cfg, tmp_path / "uncapped", hooks=quiet())  # logs every step
     assert uncapped.stop_reason == "steps" and uncapped.steps == 16 and uncapped.mlm_target_loss is None
     mlm = [json.loads(x)["mlm"] for x in (tmp_path / "uncapped" / "train_log.jsonl").read_text().splitlines()]
     means = {s: (mlm[s - 2] + mlm[s - 1]) / 2 for s in range(2, 17)}  # the two-step window ending at step s
@@ -142,9 +156,8 @@ def test_mlm_warmup_stops_at_the_first_step_its_loss_is_below_target_and_resumes
     fraction = target / math.log(uncapped.domain_vocab)
     capped = cfg.model_copy(update={"mlm_target": fraction, "log_every": 2})  # the window: 2 steps
     with pytest.raises(InjectedFailure):  # a crash between two steps of the window
-        train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", fail_at_step=expected - 1,
-                    progress=False)
-    result = train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", progress=False)
+        train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", hooks=crash(expected - 1))
+    result = train_stage(str(stage1), PAIRS, capped, tmp_path / "target", fingerprint="t", hooks=quiet())
     assert result.resumed_from == expected - 1  # the window restored from the checkpoint holds its step
     assert (result.stop_reason, result.steps) == ("mlm_target", expected)
     assert result.mlm_target_loss == pytest.approx(target)
@@ -171,14 +184,14 @@ def test_frequency_entropy_counts_domain_tokens_only(stage1):
 def test_a_warmup_target_short_of_its_steps_is_reported(stage1, tmp_path, caplog):
     import math
     cfg = stage(name="mlm", kind="mlm", max_steps=3, mlm_target=0.01)
-    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", progress=False)
+    result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "mlm", hooks=quiet())
     assert (result.stop_reason, result.steps) == ("steps", 3)
     assert "not below its target" in caplog.text
     assert 0 < result.mlm_frequency_entropy < math.log(result.domain_vocab)
 
 
 def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_path, monkeypatch):
-    import mosaic_core.train as train
+    import mosaic_core.trainer.loop as train
 
     seen = []
     original = train.joint_backward
@@ -187,10 +200,10 @@ def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_pat
         seen.append((batch["labels"] != -100).sum().item())
         return original(model, batch, *args, **kw)
 
-    train_stage(str(stage1), PAIRS, stage(max_steps=1), tmp_path / "joint", progress=False)  # has a head now
+    train_stage(str(stage1), PAIRS, stage(max_steps=1), tmp_path / "joint", hooks=quiet())  # has a head now
     monkeypatch.setattr(train, "joint_backward", spy)
     train_stage(str(tmp_path / "joint"), PAIRS, stage(name="c", kind="contrastive", max_steps=2), tmp_path / "c",
-                progress=False)
+                hooks=quiet())
     assert seen == [0, 0]
     before, _ = build_model(str(tmp_path / "joint"))
     after, _ = build_model(str(tmp_path / "c"))
@@ -200,9 +213,9 @@ def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_pat
 def test_domain_masking_needs_stage1_output(tmp_path):
     base = tiny_bert(tmp_path / "base")
     with pytest.raises(StageInputError, match="mosaic vocab"):
-        train_stage(str(base), PAIRS, stage(), tmp_path / "out", progress=False)
+        train_stage(str(base), PAIRS, stage(), tmp_path / "out", hooks=quiet())
     # All-token MLM and contrastive-only run on any model.
-    train_stage(str(base), PAIRS, stage(mlm_tokens="all", max_steps=1), tmp_path / "all", progress=False)
+    train_stage(str(base), PAIRS, stage(mlm_tokens="all", max_steps=1), tmp_path / "all", hooks=quiet())
 
 
 def test_batch_plan_is_a_function_of_seed_and_step():
@@ -214,18 +227,22 @@ def test_batch_plan_is_a_function_of_seed_and_step():
     assert plan.indices(2) != first_epoch[0]  # a new epoch reshuffles
 
 
-def test_heldout_retrieval_against_naive_ranks(stage1):
-    model, _ = build_model(str(stage1))
-    from transformers import AutoTokenizer
+def test_validation_retrieval_against_naive_ranks(stage1):
+    from mosaic_core.trainer.build import build_parts
+    from mosaic_core.trainer.stage import validation_scorer
 
-    tok = AutoTokenizer.from_pretrained(stage1)
-    m = heldout_retrieval(model, tok, PAIRS, stage(), torch.device("cpu"))
+    probe = RetrievalProbe.from_pairs(PAIRS[:16], PAIRS[16:], pool=6)
+    assert len(probe.queries) == 8 and len(probe.corpus) == 14  # 8 own documents + 6 distractors
+    parts = build_parts(stage(), str(stage1), str(stage1), PairSet.of(PAIRS))
+    m = validation_scorer(parts, probe)(parts.model)
     st = SentenceTransformer(str(stage1), device="cpu")
-    q = torch.tensor(st.encode([p[0] for p in PAIRS], normalize_embeddings=True))
-    d = torch.tensor(st.encode([p[1] for p in PAIRS], normalize_embeddings=True))
-    ranks = [1 + sum(float(q[i] @ d[j]) > float(q[i] @ d[i]) + 1e-6 for j in range(len(PAIRS)))
-             for i in range(len(PAIRS))]
+    q = torch.tensor(st.encode(probe.queries, normalize_embeddings=True))
+    d = torch.tensor(st.encode(probe.corpus, normalize_embeddings=True))
+    ranks = [1 + sum(float(q[i] @ d[j]) > float(q[i] @ d[probe.relevant[i]]) + 1e-6 for j in range(len(d)))
+             for i in range(len(q))]
     assert m["mrr"] == pytest.approx(sum(1 / r for r in ranks) / len(ranks), abs=0.02)
+    ndcg = sum(1 / math.log2(r + 1) if r <= 10 else 0 for r in ranks) / len(ranks)
+    assert m["ndcg@10"] == pytest.approx(ndcg, abs=0.02) and m["n"] == 8
 
 
 def test_presets_and_validation():
@@ -251,9 +268,42 @@ def test_presets_and_validation():
     ("mlm", 0.3, ["mlm"]),
 ])
 def test_the_step_log_names_only_the_terms_the_stage_computes(stage1, tmp_path, caplog, kind, alpha, shown):
-    caplog.set_level("INFO", logger="mosaic_core.train")
+    caplog.set_level("INFO", logger="mosaic_core.trainer.loop")
     train_stage(str(stage1), PAIRS, stage(name=kind, kind=kind, alpha=alpha, max_steps=1), tmp_path / kind,
-                progress=False)
+                hooks=quiet())
     line = next(r.getMessage() for r in caplog.records if "step 1/1" in r.getMessage())
     logged = [part.split()[0] for part in line.split("(")[1].split(")")[0].split(", ")]  # "(mlm 9.1, contrastive 0.4)"
     assert logged == shown, line
+
+
+def scripted(*scores: float) -> Hooks:
+    """Validation that returns the given NDCG@10 values in turn."""
+    it = iter(scores)
+    return Hooks(evaluate=lambda model: {"ndcg@10": next(it), "n": 1}, progress=False)
+
+
+def test_the_stage_output_is_its_best_validated_model_not_its_last(stage1, tmp_path):
+    flat = dict(schedule="constant", warmup_ratio=0.0, eval_every=2)
+    result = train_stage(str(stage1), PAIRS, stage(max_steps=4, **flat), tmp_path / "best",
+                         hooks=scripted(0.1, 0.5, 0.3))
+    assert [e["step"] for e in result.evals] == [0, 2, 4] and result.best_step == 2
+    record = json.loads((tmp_path / "best" / "stage.json").read_text())
+    assert record["result"]["best_step"] == 2 and record["result"]["steps"] == 4
+    two_steps = train_stage(str(stage1), PAIRS, stage(max_steps=2, keep_best=False, **flat), tmp_path / "two",
+                            hooks=quiet())
+    assert two_steps.best_step is None
+    a, b = weights(tmp_path / "best"), weights(tmp_path / "two")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    assert not (tmp_path / "best" / "checkpoints").exists()
+
+
+def test_ties_go_to_the_later_step_and_the_input_model_can_win(stage1, tmp_path):
+    flat = dict(schedule="constant", warmup_ratio=0.0, eval_every=2, max_steps=4)
+    tied = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "tied", hooks=scripted(0.1, 0.5, 0.5))
+    assert tied.best_step == 4
+    kept_input = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "input", hooks=scripted(0.9, 0.5, 0.3))
+    assert kept_input.best_step == 0
+    a, b = weights(stage1), weights(tmp_path / "input")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name

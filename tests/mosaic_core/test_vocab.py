@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from builders import shared_data, tiny_bert, tiny_encoder
+from builders import shared_data, stage1_config, tiny_bert, tiny_encoder
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer
 
@@ -24,14 +24,14 @@ CORPUS = [
     "Cardiomyocytes and hepatocytes were cultured; cardiomyopathy in cardiomyocytes is common.",
     "Immunotherapy of hepatocytes, with immunotherapy again: hepatocytes were stained.",
     "Жидкость and жидкость were measured with the patient in cardiomyopathy.",
-] * 20
+] * 20 + [f"{a}{b}cytes were seen" for a in "bdfgkv" for b in "aeiou"]  # a suffix shared by rare words
 
 
 @pytest.fixture(scope="module")
 def expanded(tmp_path_factory):
     base = tiny_bert(tmp_path_factory.mktemp("base"))
     out = tmp_path_factory.mktemp("expanded")
-    report = build_expanded_model(str(base), CORPUS, out, vocab_size=400, min_frequency=2, heldout_every=10)
+    report = build_expanded_model(CORPUS, out, stage1_config(base, vocab_size=400, heldout_every=10))
     return base, out, report
 
 
@@ -95,7 +95,7 @@ def test_checkpoint_mlm_head_grows_consistently(tmp_path):
 
     base = tiny_bert(tmp_path / "base", mlm_head=True)
     out = tmp_path / "out"
-    build_expanded_model(str(base), CORPUS, out, vocab_size=400, heldout_every=10)
+    build_expanded_model(CORPUS, out, stage1_config(base, vocab_size=400, heldout_every=10))
     old, new = AutoModelForMaskedLM.from_pretrained(base), AutoModelForMaskedLM.from_pretrained(out)
     v = old.config.vocab_size
     old_bias, new_bias = old.cls.predictions.bias, new.cls.predictions.bias
@@ -163,7 +163,7 @@ PROBES = ["the patient was with cells", "a cell is in the cells", "cardiomyopath
 def other_family(request, tmp_path_factory):
     base = tiny_encoder(tmp_path_factory.mktemp(request.param), request.param, mlm_head=True)
     out = tmp_path_factory.mktemp(f"{request.param}-expanded")
-    report = build_expanded_model(str(base), OTHER_CORPUS, out, vocab_size=400, min_frequency=2, heldout_every=10)
+    report = build_expanded_model(OTHER_CORPUS, out, stage1_config(base, vocab_size=400, heldout_every=10))
     return request.param, base, out, report
 
 
@@ -276,7 +276,8 @@ def test_reduce_to_corpus_keeps_used_rows_bit_identical(tmp_path, family):
 def test_reduce_then_expand(tmp_path):
     base = tiny_encoder(tmp_path / "base", "bert")
     out = tmp_path / "out"
-    report = build_expanded_model(str(base), CORPUS, out, vocab_size=400, heldout_every=10, reduce_texts=CORPUS)
+    report = build_expanded_model(CORPUS, out, stage1_config(base, vocab_size=400, heldout_every=10),
+                                  reduce_texts=CORPUS)
     assert report.reduction["rows_after"] < report.reduction["rows_before"]
     assert report.first_new_id == report.reduction["rows_after"]
     assert "fewer" in (out / "vocab_report.md").read_text()
@@ -285,17 +286,27 @@ def test_reduce_then_expand(tmp_path):
 
 
 def test_real_biomedical_corpus_with_offline_model(tmp_path):
+    from mosaic_core.config import VocabConfig
+
     path = shared_data("biomed", "biomed_title_abstract.jsonl")
     texts = []
     with open(path) as fh:
         for _, line in zip(range(1500), fh, strict=False):
             rec = json.loads(line)
             texts += [rec["title"] or "", rec["abstract"] or ""]
-    report = build_expanded_model(OFFLINE_MODEL, texts, tmp_path)
-    assert report.tokens_added > 1000
+    cfg = VocabConfig(base_model=OFFLINE_MODEL, init="mean")
+    report = build_expanded_model(texts, tmp_path / "a", cfg)
+    assert 100 < report.tokens_added < report.candidates / 4  # frequent words, not fragments
     assert report.fertility_after < 0.9 * report.fertility_before
+    rows = report.thresholds  # more uses demanded: fewer tokens, higher fertility
+    assert [r["tokens"] for r in rows] == sorted((r["tokens"] for r in rows), reverse=True)
+    assert [r["fertility"] for r in rows] == sorted(r["fertility"] for r in rows)
+    assert next(r for r in rows if r["min_count"] == 20)["tokens"] == report.tokens_added
+    again = build_expanded_model(texts, tmp_path / "b", cfg)  # the domain trainer breaks ties at random
+    assert (tmp_path / "a" / "tokenizer.json").read_text() == (tmp_path / "b" / "tokenizer.json").read_text()
+    assert again.tokens_added == report.tokens_added
     base = SentenceTransformer(resolve_model(OFFLINE_MODEL), device="cpu")
-    new = SentenceTransformer(str(tmp_path), device="cpu")
+    new = SentenceTransformer(str(tmp_path / "a"), device="cpu")
     plain = ["the patient was treated at home", "results of the study"]
     assert new.tokenizer(plain)["input_ids"] == base.tokenizer(plain)["input_ids"]
     torch.testing.assert_close(new.encode(plain, convert_to_tensor=True), base.encode(plain, convert_to_tensor=True),

@@ -1,3 +1,4 @@
+import pytest
 from builders import article, pubmed_xml, write_xml
 
 from mosaic_core.config import IngestConfig
@@ -72,3 +73,20 @@ def test_empty_root_has_empty_views(tmp_path):
         cat.refresh()
         assert cat.file_stats() == [] and cat.drop_reasons() == []
         assert cat.totals()["latest_pairs"] == 0
+
+
+def test_a_data_root_whose_path_holds_glob_characters(tmp_path):
+    from storage.history import record_evaluation
+
+    m = tmp_path / "mirror"
+    write_xml(m / "baseline" / "pubmed26n0001.xml.gz", pubmed_xml([
+        article(1, title="First article about kidney outcomes", abstract=ABS)]))
+    with pytest.raises(ValueError, match="without '\\?'"):  # DuckDB cannot open a catalog there: fail first
+        DataLayout(tmp_path / "runs?nightly")
+    root = tmp_path / "runs [2026] *nightly"
+    ingest_dir(m, root)
+    record_evaluation(DataLayout(root), "r1", [{"model": "m", "task": "t", "metric": "ndcg_at_10", "value": 0.5}])
+    with Catalog(DataLayout(root)) as cat:
+        cat.refresh()
+        assert cat.rows("SELECT pmid FROM latest_pairs") == [(1,)]
+        assert cat.rows("SELECT run_id, value FROM eval_history") == [("r1", 0.5)]

@@ -1,0 +1,70 @@
+"""Weight-space ensembling (WiSE-FT, Wortsman et al. 2022): interpolate the trained weights with
+the weights training started from, ``θ(w) = (1 − w)·θ_start + w·θ_end``.
+
+Fine-tuning on in-domain pairs moves a model away from what made it general; part of the way
+back often keeps the in-domain gain and recovers general quality. ``θ_start`` is the stage-1
+model (new rows at their stage-1 values), ``θ_end`` the last stage's. The mixing weight is
+chosen on the validation pairs (never on the test pairs the report and the gate use).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModel
+
+from mosaic_core.encode import Encoder
+from mosaic_core.heldout import RetrievalProbe
+from mosaic_core.model import build_model, save_model
+from mosaic_core.modeldir import copy_domain_ids
+
+log = logging.getLogger(__name__)
+
+
+def interpolate(start: dict[str, torch.Tensor], end: dict[str, torch.Tensor], weight: float) -> dict[str, torch.Tensor]:
+    """``(1 − weight)·start + weight·end`` for every floating-point tensor (others: ``end``'s)."""
+    if start.keys() != end.keys():
+        raise ValueError(f"the two models differ in their weights: {sorted(start.keys() ^ end.keys())[:5]}")
+    out = {}
+    for name, b in end.items():
+        a = start[name]
+        if a.shape != b.shape:
+            raise ValueError(f"{name}: shape {tuple(a.shape)} at the start, {tuple(b.shape)} at the end")
+        out[name] = torch.lerp(a.float(), b.float(), weight).to(b.dtype) if b.is_floating_point() else b
+    return out
+
+
+def merge_models(start_dir: str, end_dir: str, weight: float, out_dir: Path) -> Path:
+    """Write the interpolated model (``end_dir``'s files and MLM head, interpolated encoder)."""
+    model, _ = build_model(end_dir)
+    start = AutoModel.from_pretrained(start_dir, dtype=torch.float32).state_dict()
+    model.encoder.load_state_dict(interpolate(start, model.encoder.state_dict(), weight))
+    save_model(model, end_dir, Path(out_dir))
+    copy_domain_ids(end_dir, Path(out_dir))
+    return Path(out_dir)
+
+
+def validation_score(model_dir: str, probe: RetrievalProbe, query_length: int, document_length: int) -> dict:
+    encoder = Encoder.load(model_dir, normalize=True, precision="fp32")
+    lengths = {"query": query_length, "document": document_length}
+
+    def embed(texts: list[str], kind: str) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))
+    return probe.score(embed)
+
+
+def choose_weight(start_dir: str, end_dir: str, probe: RetrievalProbe, weights: Sequence[float], work_dir: Path,
+                  query_length: int = 64, document_length: int = 256) -> tuple[float, list[dict]]:
+    """(the weight with the best validation NDCG@10 — ties: the larger —, every weight's scores).
+    Each candidate is written to ``work_dir/w<weight>`` and scored; ``1.0`` is the end model."""
+    scores = []
+    for w in sorted(set(weights)):
+        path = end_dir if w == 1.0 else str(merge_models(start_dir, end_dir, w, Path(work_dir) / f"w{w:g}"))
+        scores.append({"weight": w, **validation_score(path, probe, query_length, document_length)})
+        log.info("merge weight %.2f: validation NDCG@10 %.4f", w, scores[-1]["ndcg@10"])
+    best = max(scores, key=lambda s: (s["ndcg@10"], s["weight"]))
+    return best["weight"], scores

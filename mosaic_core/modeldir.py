@@ -1,0 +1,112 @@
+"""The model directory: the one module that names, writes and reads MOSAIC's files beside a
+sentence-transformers model (which ``SentenceTransformer``/``AutoModel`` load as usual).
+
+| file | written by | holds |
+| --- | --- | --- |
+| ``domain_token_ids.json`` | stage 1, copied by every stage | V_D: the ids of the added tokens |
+| ``vocab_report.json`` / ``.md`` | stage 1 | what stage 1 did (:class:`mosaic_core.vocab.VocabReport`) |
+| ``mlm_head.safetensors`` + ``mlm_head.json`` | stages 2–3 | the trained MLM head (transform + bias) and its settings |
+| ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result |
+
+Every write goes through a temporary file and a rename, so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+DOMAIN_IDS = "domain_token_ids.json"
+VOCAB_REPORT_JSON, VOCAB_REPORT_MD = "vocab_report.json", "vocab_report.md"
+HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
+STAGE_RECORD = "stage.json"
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- V_D --------------------------------------------------------------------------------------
+
+def write_domain_ids(model_dir: Path, ids: list[int]) -> None:
+    _write_text(Path(model_dir) / DOMAIN_IDS, json.dumps(list(ids)))
+
+
+def read_domain_ids(model_dir: str | Path) -> torch.Tensor | None:
+    """V_D of a stage-1 (or later) output as a ``[|V_D|]`` long tensor; ``None`` for a model without one."""
+    path = Path(model_dir) / DOMAIN_IDS
+    return torch.tensor(json.loads(path.read_text()), dtype=torch.long) if path.is_file() else None
+
+
+def has_domain_ids(model_dir: str | Path) -> bool:
+    return (Path(model_dir) / DOMAIN_IDS).is_file()
+
+
+def copy_domain_ids(src: str | Path, dst: Path) -> None:
+    if has_domain_ids(src):
+        shutil.copyfile(Path(src) / DOMAIN_IDS, Path(dst) / DOMAIN_IDS)
+
+
+# -- stage 1's report -------------------------------------------------------------------------
+
+def write_vocab_report(model_dir: Path, as_json: str, as_markdown: str) -> None:
+    _write_text(Path(model_dir) / VOCAB_REPORT_JSON, as_json)
+    _write_text(Path(model_dir) / VOCAB_REPORT_MD, as_markdown)
+
+
+def read_vocab_report(model_dir: str | Path) -> dict | None:
+    path = Path(model_dir) / VOCAB_REPORT_JSON
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def vocab_report_markdown(model_dir: str | Path) -> str | None:
+    path = Path(model_dir) / VOCAB_REPORT_MD
+    return path.read_text() if path.is_file() else None
+
+
+# -- the MLM head -----------------------------------------------------------------------------
+
+def save_head(model_dir: Path, state: dict[str, torch.Tensor], config: dict) -> None:
+    from safetensors.torch import save_file
+
+    path = Path(model_dir) / HEAD_WEIGHTS
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
+    os.replace(tmp, path)
+    _write_text(Path(model_dir) / HEAD_CONFIG, json.dumps(config))
+
+
+def load_head(model_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict] | None:
+    """(head weights, head settings) saved by a stage, or ``None``."""
+    from safetensors.torch import load_file
+
+    path = Path(model_dir) / HEAD_WEIGHTS
+    if not path.is_file():
+        return None
+    return load_file(str(path)), json.loads((Path(model_dir) / HEAD_CONFIG).read_text())
+
+
+def has_trained_head(model_dir: str | Path) -> bool:
+    return (Path(model_dir) / HEAD_WEIGHTS).is_file()
+
+
+# -- a stage's record -------------------------------------------------------------------------
+
+def write_stage_record(model_dir: Path, record: dict) -> None:
+    _write_text(Path(model_dir) / STAGE_RECORD, json.dumps(record, indent=2))
+
+
+def read_stage_record(model_dir: str | Path) -> dict | None:
+    path = Path(model_dir) / STAGE_RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def is_complete_stage(model_dir: str | Path) -> bool:
+    """Whether a stage finished writing its model here (its record is written last)."""
+    return (Path(model_dir) / STAGE_RECORD).is_file()

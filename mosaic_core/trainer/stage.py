@@ -1,0 +1,165 @@
+"""A training stage end to end: build the parts, resume, run the loop, write the outputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mosaic_core.config import StageConfig
+from mosaic_core.encode import Encoder
+from mosaic_core.heldout import RetrievalProbe
+from mosaic_core.model import DualEncoder, save_model
+from mosaic_core.modeldir import copy_domain_ids, write_stage_record
+from mosaic_core.models import resolve_model
+from mosaic_core.trainer.build import TrainParts, build_parts
+from mosaic_core.trainer.data import PairSet
+from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, warmup_target, window_means
+from mosaic_core.trainer.state import TrainState, load_state, restore_best
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageResult:
+    stage: str
+    out_dir: str
+    steps: int
+    pairs: int
+    seconds: float
+    resumed_from: int | None
+    head_from_checkpoint: bool
+    final: dict[str, float] = field(default_factory=dict)
+    evals: list[dict] = field(default_factory=list)
+    domain_vocab: int = 0
+    world: int = 1
+    stop_reason: str = "steps"
+    """``steps`` (max_steps or the epochs ran out) or ``mlm_target`` (the warm-up reached its target)."""
+    mlm_target_loss: float | None = None
+    mlm_frequency_entropy: float | None = None
+    """The MLM stage's reference point: the loss of predicting domain tokens from their frequencies alone."""
+    best_step: int | None = None
+    """The step whose model is the stage's output (its best validation NDCG@10), when the stage keeps its best."""
+    negatives_per_pair: float = 0.0
+    lengths: dict[str, int] = field(default_factory=dict)
+
+
+def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_length: int,
+                      sample: int = 2000) -> float:
+    """Entropy (nats) of the domain tokens' frequencies in the first ``sample`` documents: the MLM
+    loss of a head that knows which domain tokens are common but reads no context (ln|V_D| is the
+    loss of a uniform guess). The warm-up logs both, so its loss curve can be read against them."""
+    ids = tokenizer(docs[:sample], truncation=True, max_length=max_length)["input_ids"]
+    counts = torch.bincount(torch.tensor([i for row in ids for i in row], dtype=torch.long),
+                            minlength=int(domain_ids.max()) + 1)[domain_ids].double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
+
+
+def validation_scorer(parts: TrainParts, probe: RetrievalProbe) -> Callable[[DualEncoder], dict]:
+    """Validation retrieval with the model being trained (eval mode, fp32, the stage's lengths)."""
+    def score(model: DualEncoder) -> dict:
+        was_training = model.training
+        model.eval()
+        encoder = Encoder(model.encoder, parts.tokenizer, model.pooling, True, parts.device, None, parts.lengths.query)
+        lengths = {"query": parts.lengths.query, "document": parts.lengths.document}
+
+        def embed(texts: list[str], kind: str) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))
+        try:
+            return probe.score(embed)
+        finally:
+            model.train(was_training)
+    return score
+
+
+def _restart_log(log_path: Path, resumed_from: int | None) -> None:
+    """Keep the records up to the resumed step (a fresh run starts an empty log)."""
+    kept = [ln for ln in log_path.read_text().splitlines() if json.loads(ln)["step"] <= resumed_from] \
+        if log_path.exists() and resumed_from else []
+    log_path.write_text("".join(ln + "\n" for ln in kept))
+
+
+def _reference_points(stage: StageConfig, parts: TrainParts, data: PairSet) -> tuple[float | None, float | None]:
+    """(the warm-up's stop threshold, the frequency-only MLM loss), logged against ln|V_D|."""
+    if stage.kind != "mlm":
+        return None, None
+    target = warmup_target(stage, len(parts.domain_ids))
+    reference = frequency_entropy(parts.tokenizer, data.documents, parts.domain_ids, parts.lengths.document)
+    uniform = math.log(len(parts.domain_ids))
+    log.info("stage %s: MLM loss of a uniform guess ln|V_D| = %.3f, of domain-token frequencies alone %.3f "
+             "(%.2f·ln|V_D|)%s", stage.name, uniform, reference, reference / uniform,
+             "" if target is None else f"; target {target:.3f}")
+    return target, reference
+
+
+def _report_stop(stage: StageConfig, state: TrainState, stop_reason: str, target: float | None) -> None:
+    if target is None:
+        return
+    mean = float(np.mean([float(w["mlm"]) for w in state.window]))
+    if stop_reason == "mlm_target":
+        log.info("stage %s: MLM loss %.3f below its target %.3f (%.2f·ln|V_D|) after %d steps",
+                 stage.name, mean, target, stage.mlm_target, state.step)
+    else:
+        log.warning("stage %s: ran its %d steps with the MLM loss at %.3f, not below its target %.3f "
+                    "(%.2f·ln|V_D|); the joint stage's MLM term starts near chance: raise max_steps or lr",
+                    stage.name, state.step, mean, target, stage.mlm_target)
+
+
+def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_dir: Path,
+                validation: RetrievalProbe | None = None, fingerprint: str = "", hooks: Hooks | None = None,
+                ) -> StageResult:
+    """Train ``stage`` from ``input_model`` on ``data``; write the model to ``out_dir``.
+
+    Resumes from ``out_dir/checkpoints`` when a checkpoint for the same ``fingerprint``
+    (inputs + stage config, chosen by the caller) is there. ``validation`` is scored every
+    ``eval_every`` steps and at the end; a stage that keeps its best (``keep_best``) writes the
+    model of its best validation NDCG@10 — the input model included — not its last.
+    """
+    t0 = time.perf_counter()
+    out_dir, hooks, data = Path(out_dir), hooks or Hooks(), PairSet.of(data)
+    resolved = resolve_model(input_model)
+    parts = build_parts(stage, resolved, input_model, data)
+    if hooks.evaluate is None and validation is not None:
+        hooks.evaluate = validation_scorer(parts, validation)
+    target, reference = _reference_points(stage, parts, data)
+    ckpt_dir = out_dir / "checkpoints"
+    state = load_state(ckpt_dir, parts, fingerprint) or TrainState()
+    if state.resumed_from is not None:
+        log.info("stage %s: resuming from checkpoint at step %d of %d", stage.name, state.step, parts.total)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if parts.rank == 0:
+        _restart_log(out_dir / "train_log.jsonl", state.resumed_from)
+    stop_reason = StepLoop(parts, stage, data, out_dir, fingerprint, hooks, target).run(state)
+    _report_stop(stage, state, stop_reason, target)
+    best_step = state.best.step if keeps_best(stage) and state.best is not None else None
+    if parts.rank == 0 and best_step is not None and best_step != state.step:
+        log.info("stage %s: keeping step %d (validation NDCG@10 %.4f), not the last step %d", stage.name, best_step,
+                 state.best.score, state.step)
+        restore_best(ckpt_dir, parts, state.best)
+    result = StageResult(
+        stage.name, str(out_dir), state.step, len(data), time.perf_counter() - t0, state.resumed_from,
+        parts.head_loaded, window_means(state.window) if state.window else {},
+        state.evals, 0 if parts.domain_ids is None else len(parts.domain_ids), parts.world, stop_reason, target,
+        reference, best_step, data.negatives_per_pair(), asdict(parts.lengths))
+    if parts.rank == 0:
+        _write_outputs(parts, resolved, input_model, stage, fingerprint, result, out_dir)
+    return result
+
+
+def _write_outputs(parts: TrainParts, resolved: str, input_model: str, stage: StageConfig, fingerprint: str,
+                   result: StageResult, out_dir: Path) -> None:
+    parts.model.to("cpu")
+    save_model(parts.model, resolved, out_dir)
+    copy_domain_ids(resolved, out_dir)
+    write_stage_record(out_dir, {"config": stage.model_dump(mode="json"), "input_model": input_model,
+                                 "fingerprint": fingerprint, "result": asdict(result)})
+    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the saved model supersedes them

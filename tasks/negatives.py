@@ -1,0 +1,60 @@
+"""Prefect task: hard negatives for a pairs file that has none, mined with the consistency
+filter's own search (:func:`mosaic_core.consistency.consistency_filter`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from prefect import task
+from prefect.context import TaskRunContext
+
+from mosaic_core import consistency, encode
+from mosaic_core.config import TrainConfig
+from mosaic_core.encode import Encoder
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.models import resolve_model
+from mosaic_core.versioning import code_version
+from storage.pairs_io import corpus_fingerprint, read_examples, write_jsonl
+from tasks.keys import cache_key
+
+log = logging.getLogger(__name__)
+CODE_VERSION = code_version(consistency, encode)
+MINE_CHUNK = 1_000_000
+"""Pairs per exact search, as the filter's default chunk."""
+
+
+def _mine_key(context: TaskRunContext, p: dict) -> str:
+    cfg: TrainConfig = p["cfg"]
+    negatives = max(s.hard_negatives for s in cfg.stages)
+    return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
+                     cfg.query_column, cfg.document_column, str(negatives), CODE_VERSION,
+                     str(Path(p["out_path"]).resolve()))
+
+
+@task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, retries=0)
+def with_hard_negatives(pairs_source: str, model: str, cfg: TrainConfig, out_path: str) -> str:
+    """The pairs source the stages read: ``pairs_source`` itself when it carries hard negatives
+    (a filtered data root, or a file with negative columns), else ``out_path``, written here:
+    its pairs with up to the stages' number of hard negatives each (``negatives`` column), found
+    by ``model`` as the consistency filter finds them."""
+    negatives = max(s.hard_negatives for s in cfg.stages)
+    rows, _ = read_examples(pairs_source, cfg.query_column, cfg.document_column)
+    if any(len(r) > 2 for r in rows):
+        return pairs_source
+    queries, docs = [r[0] for r in rows], [r[1] for r in rows]
+    enc = Encoder.load(model, normalize=True)
+    q = enc.with_max_length(64).encode(queries, progress=True)
+    d = enc.with_max_length(256).encode(docs, progress=True)
+    out, found = [], 0
+    for lo in range(0, len(rows), MINE_CHUNK):
+        hi = min(lo + MINE_CHUNK, len(rows))
+        res = consistency.consistency_filter(q[lo:hi], d[lo:hi], k=1, doc_keys=docs[lo:hi], negatives=negatives)
+        for i, negs in enumerate(res.negatives):
+            out.append({cfg.query_column: queries[lo + i], cfg.document_column: docs[lo + i],
+                        "negatives": [docs[lo + j] for j in negs]})
+            found += len(negs)
+    write_jsonl(Path(out_path), out)
+    log.info("mined %d hard negatives for %d pairs of %s with %s (%.2f per pair)", found, len(out), pairs_source,
+             model, found / max(len(out), 1))
+    return out_path

@@ -1,0 +1,104 @@
+"""Prefect tasks of the publish gate: which model is published now, and the decision of a run."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.gate import publish_gate
+from mosaic_core.models import resolve_model
+from storage.layout import DataLayout
+from storage.published import PublishError, current_model, publish_model, read_decision, write_decision
+
+log = logging.getLogger(__name__)
+
+
+@task(name="published-model", cache_policy=NO_CACHE)
+def published_model(data_root: str) -> str | None:
+    """The directory of the model published now under ``data_root`` (``None`` before the first)."""
+    path = current_model(DataLayout(data_root))
+    return str(path) if path else None
+
+
+def scores_by_model(scores: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Evaluation results (model → [TaskScore dicts]) as model → task → main score."""
+    return {m: {s["task"]: s["value"] for s in ss} for m, ss in scores.items()}
+
+
+def _decision_markdown(record: dict) -> str:
+    rows = "\n".join(f"| {c['task']} | {c['reference']} | {100 * c['score']:.2f} | {100 * c['candidate']:.2f} | "
+                     f"{100 * c['delta']:+.2f} |" for c in record["check"]["metadata"]["comparisons"])
+    return (f"**{record['message']}**\n\n| task | reference | reference score | candidate | Δ |\n"
+            f"| --- | --- | ---: | ---: | ---: |\n{rows}\n\nCandidate `{record['candidate']}`; "
+            + (f"published as `{record['published_path']}`." if record["published"] else
+               f"still published: `{record['previous'] or 'nothing yet'}`."))
+
+
+@task(name="publish-gate", cache_policy=NO_CACHE)
+def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scores: dict[str, list[dict]],
+                       references: list[str], gate_tasks: list[str], tolerance_points: float, data_root: str,
+                       publish: bool = True) -> dict:
+    """Run the publish gate on ``candidate`` (a name in ``models``) against ``references``; publish
+    it if it passes (and ``publish``); record the decision either way. A failed gate is a WARN
+    quality check: the run completes, the previous model stays published."""
+    layout = DataLayout(data_root)
+    by_model = scores_by_model(scores)
+    check = publish_gate(candidate, by_model, [r for r in references if r in by_model], gate_tasks,
+                         tolerance_points / 100)
+    previous = current_model(layout)
+    path = Path(resolve_model(models[candidate]))
+    published = check.passed and publish
+    record = {"run_id": run_id, "candidate": str(path), "candidate_fingerprint": model_fingerprint(str(path)),
+              "published": published, "forced": False, "previous": str(previous) if previous else None,
+              "published_path": str(publish_model(layout, path, run_id)) if published else None,
+              "message": check.message if publish or not check.passed else f"{check.message} (publishing is off)",
+              "scores": by_model.get(candidate, {}), "references": {r: by_model.get(r, {}) for r in references},
+              "check": check.to_dict()}
+    write_decision(layout, record)
+    (log.info if check.passed else log.warning)("publish gate: %s", record["message"])
+    create_markdown_artifact(key="publish-decision", markdown=_decision_markdown(record),
+                             description=f"Publish gate: {'passed' if check.passed else 'failed (WARN)'}")
+    return record
+
+
+def _run_model(layout: DataLayout, run_id: str) -> tuple[Path, bool]:
+    """(the model a run's decision is about, whether it may be published without ``force``): its
+    published copy if it was published once (a rollback), else its candidate, which must be
+    unchanged since."""
+    decided = read_decision(layout, run_id)
+    if decided.get("published_path") and Path(decided["published_path"]).is_dir():
+        return Path(decided["published_path"]), True
+    candidate = Path(decided["candidate"])
+    if not candidate.is_dir() or model_fingerprint(str(candidate)) != decided["candidate_fingerprint"]:
+        raise PublishError(f"the model run {run_id} produced ({candidate}) has changed or gone since; publish a "
+                           "model directory instead, or rerun the pipeline")
+    return candidate, decided["check"]["passed"]
+
+
+@task(name="publish-by-hand", cache_policy=NO_CACHE)
+def publish_by_hand(run_or_model: str, data_root: str, reason: str, force: bool) -> dict:
+    """Publish a run's model (by run id, see ``mosaic history``: a rollback needs no ``force`` when
+    that run passed its gate) or a model directory (``force`` required); the decision records it."""
+    layout = DataLayout(data_root)
+    path = Path(run_or_model).expanduser()
+    if path.is_dir():
+        candidate, passed = path.resolve(), False
+        run_id = f"manual-{model_fingerprint(str(candidate))}"
+    else:
+        (candidate, passed), run_id = _run_model(layout, run_or_model), f"{run_or_model}-republished"
+    if not (passed or force):
+        raise PublishError(f"{run_or_model} did not pass the publish gate (or is a bare model directory): pass "
+                           "--force, with --reason, to publish it anyway")
+    previous = current_model(layout)
+    record = {"run_id": run_id, "candidate": str(candidate), "candidate_fingerprint": model_fingerprint(str(candidate)),
+              "published": True, "forced": not passed, "previous": str(previous) if previous else None,
+              "published_path": str(publish_model(layout, candidate, run_id)),
+              "message": f"{'forced' if not passed else 'republished'} by hand: {reason}", "scores": {}}
+    write_decision(layout, record)
+    log.warning("published %s by hand (%s)", candidate, reason)
+    return record

@@ -1,0 +1,122 @@
+"""Distilled initialisation of the new rows (mosaic_core.distill) on tiny models."""
+
+import json
+
+import pytest
+import torch
+from builders import stage1_config, tiny_bert, tiny_encoder
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel, AutoTokenizer
+
+from mosaic_core import distill as distill_module
+from mosaic_core.config import DistillConfig
+from mosaic_core.distill import align_positions, make_windows
+from mosaic_core.vocab import build_expanded_model
+
+TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
+CORPUS = [f"the {t} of the patient {i} was with {u} in the cells" for i in range(8) for t in TOPICS
+          for u in TOPICS[:2]]
+FAST = dict(batch_size=8, max_steps=40, eval_every=5, patience=20, lr=1e-2, heldout_texts=16, precision="fp32")
+
+
+def expand(base, out, **distill):
+    return build_expanded_model(CORPUS, out, stage1_config(base, vocab_size=300, heldout_every=5, init="distill",
+                                                           distill=DistillConfig(**{**FAST, **distill})))
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory):
+    base = tiny_bert(tmp_path_factory.mktemp("base"))
+    mean = build_expanded_model(CORPUS, tmp_path_factory.mktemp("mean"),
+                                stage1_config(base, vocab_size=300, heldout_every=5, distill=DistillConfig(**FAST)))
+    out = tmp_path_factory.mktemp("distilled")
+    return base, mean, out, expand(base, out)
+
+
+def test_distillation_lowers_the_held_out_loss_and_the_drift(distilled):
+    _, mean, _, report = distilled
+    assert report.init == "distill" and report.tokens_added == mean.tokens_added > 0
+    d = report.distill
+    assert d["heldout_loss_after"] < 0.8 * d["heldout_loss_before"], d
+    assert report.drift["mean_cos"] > report.drift_mean_init["mean_cos"]
+    assert report.drift_mean_init == mean.drift_mean_init  # measured on the same rows before distilling
+    assert "distilled" in report.to_markdown()
+
+
+def test_only_new_rows_change_and_texts_without_new_tokens_embed_as_before(distilled):
+    base, _, out, report = distilled
+    old = AutoModel.from_pretrained(base).state_dict()
+    new = AutoModel.from_pretrained(out).state_dict()
+    emb = "embeddings.word_embeddings.weight"
+    v = old[emb].shape[0]
+    assert torch.equal(new[emb][:v], old[emb])
+    for name in old:
+        if name != emb:
+            assert torch.equal(new[name], old[name]), name
+    mean_rows = torch.stack([old[emb][AutoTokenizer.from_pretrained(base)(t, add_special_tokens=False)["input_ids"]]
+                             .mean(0) for t in ["cardiomyopathy", "immunotherapy"]])
+    ids = AutoTokenizer.from_pretrained(out).convert_tokens_to_ids(["cardiomyopathy", "immunotherapy"])
+    assert min(ids) >= v and not torch.allclose(new[emb][ids], mean_rows)
+    plain = ["the patient was with cells", "a cell is in the cells"]
+    st_base, st_new = SentenceTransformer(str(base), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    torch.testing.assert_close(st_new.encode(plain, convert_to_tensor=True),
+                               st_base.encode(plain, convert_to_tensor=True), rtol=0, atol=0)
+    assert json.loads((out / "vocab_report.json").read_text())["distill"]["steps"] == report.distill["steps"]
+    assert not (out / distill_module.CHECKPOINT).exists()
+
+
+def test_interrupted_distillation_resumes_to_the_same_rows(tmp_path, monkeypatch):
+    base = tiny_bert(tmp_path / "base")
+    full = expand(base, tmp_path / "full", max_steps=12, eval_every=4)
+    original, calls = distill_module.RowDistiller.step, {"n": 0}
+
+    def crash_at_nine(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(distill_module.RowDistiller, "step", crash_at_nine)
+    with pytest.raises(KeyboardInterrupt):
+        expand(base, tmp_path / "crash", max_steps=12, eval_every=4)
+    assert (tmp_path / "crash" / distill_module.CHECKPOINT).is_file()  # written at step 8
+    monkeypatch.setattr(distill_module.RowDistiller, "step", original)
+    resumed = expand(base, tmp_path / "crash", max_steps=12, eval_every=4)
+    assert resumed.distill["steps"] == full.distill["steps"] == 12
+    assert [e["step"] for e in resumed.distill["evals"]] == [e["step"] for e in full.distill["evals"]] == [4, 8, 12]
+    assert [e["heldout_loss"] for e in resumed.distill["evals"]] == \
+        pytest.approx([e["heldout_loss"] for e in full.distill["evals"]], rel=1e-5)
+    a = AutoModel.from_pretrained(tmp_path / "full").get_input_embeddings().weight
+    b = AutoModel.from_pretrained(tmp_path / "crash").get_input_embeddings().weight
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlmr"])
+def test_bpe_and_unigram_bases_distill_too(tmp_path, family):
+    base = tiny_encoder(tmp_path / "base", family)
+    report = expand(base, tmp_path / "out", max_steps=10)
+    assert report.tokens_added > 0 and report.distill["windows"] > 0
+    assert report.distill["heldout_loss_after"] < report.distill["heldout_loss_before"]
+    old = AutoModel.from_pretrained(base).get_input_embeddings().weight
+    new = AutoModel.from_pretrained(tmp_path / "out").get_input_embeddings().weight
+    assert torch.equal(new[: old.shape[0]], old)
+
+
+def test_windows_align_each_base_piece_with_the_new_token_that_covers_it(distilled):
+    base, _, out, _ = distilled
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    text = "the cardiomyopathy of a patient"
+    first = len(base_tok)
+    (window,) = make_windows([text, "the patient"], base_tok, new_tok, 64, first)  # "the patient": no new token
+    base_tokens = base_tok.convert_ids_to_tokens(window.base_ids)
+    new_tokens = new_tok.convert_ids_to_tokens(window.new_ids)
+    assert new_tokens == ["[CLS]", "the", "cardiomyopathy", "of", "a", "patient", "[SEP]"]
+    assert [new_tokens[j] for j in window.align] == [
+        "[CLS]", "the", *["cardiomyopathy"] * (len(base_tokens) - 6), "of", "a", "patient", "[SEP]"]
+    # Cut after "of" (the base tokens up to it plus [SEP]): both tokenizations read "the cardiomyopathy of".
+    cut = base_tokens.index("of") + 2
+    (short,) = make_windows([text], base_tok, new_tok, cut, first)
+    assert len(short.base_ids) == cut and new_tok.convert_ids_to_tokens(short.new_ids) == \
+        ["[CLS]", "the", "cardiomyopathy", "of", "[SEP]"]
+    assert align_positions(base_tok._tokenizer.encode("the patient"), new_tok._tokenizer.encode("the patient")) \
+        == [0, 1, 2, 3]
