@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 # Before Prefect is imported: no telemetry from an offline machine.
@@ -12,6 +13,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 from pathlib import Path  # noqa: E402
 from typing import Annotated, Optional  # noqa: E402
 
+import click  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -45,6 +47,26 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
+
+
+class InputProblem(ValueError):
+    """A command's input is wrong; the message says what to pass instead."""
+
+
+def _folder(path: Path, what: str = "data root") -> str:
+    """``path`` resolved, after checking it is not a file (a folder that does not exist yet is fine)."""
+    resolved = path.expanduser().resolve()
+    if resolved.exists() and not resolved.is_dir():
+        raise InputProblem(f"{what} {path} is a file: pass a folder (it is created if missing)")
+    return str(resolved)
+
+
+def _model(name: str) -> str:
+    """``name`` unchanged, after checking it can be loaded (before any flow starts)."""
+    from mosaic_core.models import check_model
+
+    check_model(name)
+    return name
 
 
 @app.command()
@@ -181,15 +203,18 @@ def filter_pairs(
     Embeddings are cached per partition, so a new k or threshold re-filters without re-encoding.
     Results: the `filtered` dataset and `training_pairs` view of the data root's catalog.
     """
-    from flows.filter import filter_flow, score_report
+    from flows.filter import filter_flow
+    from storage.pairs_io import check_pairs_source
+    from tasks.filter import score_report
 
     cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
                        threshold=threshold, chunk_size=chunk_size, precision=precision,
                        query_column=query_column, document_column=document_column)
-
-    root = str(data_root.expanduser().resolve())
+    check_pairs_source(input, (query_column, document_column), "--input")
+    _model(model)
+    root = _folder(data_root)
     manifests = filter_flow(input, cfg, root)
-    Console().print(score_report(root))
+    Console().print(score_report.fn(root))
     table = Table(title=f"{cfg.mode} filter")
     for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
         table.add_column(col)
@@ -219,29 +244,19 @@ def pairs_islamic(
 
     Writes DATA_ROOT/islamic_candidates.jsonl, then filters it like `mosaic filter --threshold`.
     """
-    from flows.filter import filter_flow, score_report
-    from mosaic_core.islamic import read_quran, tafsir_candidates
-    from storage.catalog import Catalog
-    from storage.layout import DataLayout
-    from storage.pairs_io import write_jsonl
+    from flows.corpora import islamic_pairs_flow
 
-    root = data_root.expanduser().resolve()
-    pairs, stats = tafsir_candidates(tafsir, read_quran(quran))
-    candidates = root / "islamic_candidates.jsonl"
-    write_jsonl(candidates, pairs)
+    cfg = FilterConfig(model=_model(model), mode="threshold", threshold=threshold, query_max_length=256)
+    result = islamic_pairs_flow(str(quran), str(tafsir), cfg, _folder(data_root))
+    stats, manifest = result["stats"], result["manifest"]
     out = Console()
-    out.print(f"tafsir blocks {stats.blocks:,}; references {stats.references:,} "
-              f"({stats.invalid_references} to verses that do not exist: {stats.invalid_examples[:3]}); "
-              f"self-links {stats.self_links}; duplicates {stats.duplicates}; "
-              f"[bold]candidates {stats.candidates:,}[/bold]")
-    cfg = FilterConfig(model=model, mode="threshold", threshold=threshold, query_max_length=256)
-    (manifest,) = filter_flow(str(candidates), cfg, str(root))
-    out.print(score_report(str(root)))
+    out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "
+              f"({stats['invalid_references']} to verses that do not exist: {stats['invalid_examples'][:3]}); "
+              f"self-links {stats['self_links']}; duplicates {stats['duplicates']}; "
+              f"[bold]candidates {stats['candidates']:,}[/bold]")
+    out.print(result["scores"])
     out.print(f"[bold]kept {manifest.kept:,} of {manifest.rows_out:,}[/bold] at cosine >= {threshold}")
-    with Catalog(DataLayout(root), read_only=True) as cat:
-        dropped = cat.rows("SELECT pair_id, cosine, query, document FROM filtered WHERE NOT kept "
-                           "ORDER BY cosine DESC LIMIT 5")
-    for pid, cos, q, d in dropped:
+    for pid, cos, q, d in result["dropped"]:
         out.print(f"dropped {pid} (cos {cos:.3f}): {q[:80]!r} -> {d[:80]!r}")
 
 
@@ -300,7 +315,13 @@ def vocab(
         raise typer.BadParameter(str(exc)) from exc
     from mosaic_core.modeldir import vocab_report_markdown
 
-    report = vocab_flow(corpus, cfg, str(out.expanduser().resolve()))
+    from storage.pairs_io import check_pairs_source
+
+    check_pairs_source(corpus, cfg.text_columns, "--corpus")
+    if reduce_to_corpus:
+        check_pairs_source(reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")
+    _model(base_model)
+    report = vocab_flow(corpus, cfg, _folder(out, "--out"))
     Console().print(vocab_report_markdown(out) or report)
 
 
@@ -365,7 +386,10 @@ def train(
 
     cfg = build_train_config(preset, set_ or [], query_column, document_column, heldout_pairs=heldout_pairs,
                              validation_pairs=validation_pairs, merge_weights=tuple(merge or ()))
-    results = train_flow(model, pairs, cfg, str(out.expanduser().resolve()), processes)
+    from storage.pairs_io import check_pairs_source
+
+    check_pairs_source(pairs, (query_column, document_column), "--pairs")
+    results = train_flow(_model(model), pairs, cfg, _folder(out, "--out"), processes)
     _print_stages(results)
 
 
@@ -448,8 +472,8 @@ def eval_models(
         raise typer.BadParameter("no task: give --task, --beir, --sts, --heldout or --verses")
     cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable)
     try:
-        result = eval_flow(parse_models(model), cfg, str(out.expanduser().resolve()),
-                           str(data_root.expanduser().resolve()) if data_root else None)
+        models = {name: _model(path) for name, path in parse_models(model).items()}
+        result = eval_flow(models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
     except EvaluationInputError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
@@ -506,22 +530,13 @@ def probe(
     that use the word without defining it, distractors, concept-only documents; queries that
     never name it) and scores every model on it (OUT/report).
     """
-    from flows.evaluate import eval_flow
-    from mosaic_core.config import EvalConfig, EvalTaskSpec
-    from mosaic_core.probe import make_probe
-    from storage.benchmarks import write_beir
-    from storage.pairs_io import write_jsonl
+    from flows.corpora import probe_flow
 
-    try:
-        data = make_probe(word)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    out = out.expanduser().resolve()
-    write_jsonl(out / "adaptation_pairs.jsonl", data.train_pairs)
-    folder = write_beir(out / "probe", data.corpus, data.queries, data.qrels)
-    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name=f"invented-{data.word}", path=str(folder)),))
-    result = eval_flow(parse_models(model), cfg, str(out / "report"))
-    table = Table(title=f"documents naming {data.word!r}, queries that only describe it")
+    if not word.isalpha():
+        raise typer.BadParameter(f"the invented word must be letters only, got {word!r}")
+    models = {name: _model(path) for name, path in parse_models(model).items()}
+    result = probe_flow(models, word, _folder(out, "--out"))
+    table = Table(title=f"documents naming {result['word']!r}, queries that only describe it")
     for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
         table.add_column(col)
     for name, (score,) in result["scores"].items():
@@ -529,7 +544,7 @@ def probe(
         table.add_row(name, f"{score['value']:.3f}", f"{s.get('recall_at_5', float('nan')):.3f}",
                       f"{s.get('mrr_at_10', float('nan')):.3f}")
     Console().print(table)
-    Console().print(f"adaptation corpus: {out / 'adaptation_pairs.jsonl'}; report: {result['report']['html']}")
+    Console().print(f"adaptation corpus: {result['adaptation_pairs']}; report: {result['report']['html']}")
 
 
 @app.command()
@@ -596,7 +611,7 @@ def _pipeline_config(config: Path):
 
     try:
         return load_pipeline_config(str(config))
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
+    except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
         console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
         raise typer.Exit(2) from exc
 
@@ -649,9 +664,13 @@ def run(
     from flows.ingest import IngestFailed
     from flows.pipeline import mosaic_pipeline
 
-    root = data_root.expanduser().resolve()
+    root = Path(_folder(data_root))
+    cfg = _pipeline_config(config) if config else None
+    if cfg is not None:
+        _model(cfg.base_model)
+        _model(cfg.filter.model)
     try:
-        result = mosaic_pipeline(_pipeline_config(config), str(root)) if config else demo_flow(str(root), seed)
+        result = mosaic_pipeline(cfg, str(root)) if cfg is not None else demo_flow(str(root), seed)
     except IngestFailed as exc:
         _print_stats(root)
         console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
@@ -668,5 +687,55 @@ def run(
     out.print(f"[green]report:[/green] {result['report']['html']}")
 
 
+def input_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean "the input is wrong": shown as one line that says what to do."""
+    from pydantic import ValidationError
+
+    from mosaic_core.evaluation import TaskUnavailable
+    from mosaic_core.models import ModelNotFound
+    from mosaic_core.trainer import StageInputError
+    from mosaic_core.vocab import UnsupportedTokenizer
+    from storage.benchmarks import BenchmarkError
+    from storage.pairs_io import CorpusError
+    from storage.published import PublishError
+
+    return (InputProblem, CorpusError, ModelNotFound, StageInputError, BenchmarkError, TaskUnavailable, PublishError,
+            ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
+
+
+FLOW_COMMANDS = {"ingest", "filter", "pairs", "vocab", "train", "eval", "probe", "run"}
+"""Commands that run Prefect flows (and need an API: the configured one, or a temporary server)."""
+
+
+def main() -> None:
+    """The ``mosaic`` console entry: a wrong input ends with one clear line (exit 2); the
+    traceback only with ``--debug`` or ``MOSAIC_DEBUG=1``."""
+    import sys
+
+    from flows.server import command_api
+
+    debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
+    if "--debug" in sys.argv:
+        sys.argv.remove("--debug")
+    runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
+    try:
+        with command_api() if runs_flows else contextlib.nullcontext():
+            code = app(standalone_mode=False)  # a typer.Exit comes back as its exit code
+        sys.exit(code if isinstance(code, int) else 0)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        console.print("aborted")
+        sys.exit(130)
+    except input_errors() as exc:
+        if debug:
+            raise
+        console.print(f"[red]error:[/red] {exc}\n[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 from prefect import flow
@@ -12,11 +11,9 @@ from mosaic_core.config import EvalConfig
 from mosaic_core.evaluation import TaskScore, TaskUnavailable
 from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.models import resolve_model
-from mosaic_core.report import markdown_table, write_report
+from mosaic_core.report import markdown_table
 from storage.benchmarks import BenchmarkError
-from storage.history import record_evaluation
-from storage.layout import DataLayout
-from tasks.evaluate import evaluate_task, load_task, task_checksum
+from tasks.evaluate import evaluate_task, load_task, record_history, report_task, task_checksum
 
 
 class EvaluationInputError(RuntimeError):
@@ -45,9 +42,9 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
                 **{f"task {s.name}": f"{s.kind} {s.path or ''} ({checksums[s.name]})" for s in specs},
                 "eval config": cfg.config_hash()}
-    paths = write_report(scores, Path(out_dir), metadata, [f"not evaluated: {p}" for p in problems])
+    paths = report_task(scores, out_dir, metadata, [f"not evaluated: {p}" for p in problems])
     if data_root:
-        record_evaluation(DataLayout(data_root), uuid.uuid4().hex[:12], [
+        record_history(data_root, [
             {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
              "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}
             for m, ss in scores.items() for s in ss])

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from mosaic_core.config import IngestConfig
 from storage.manifest import Manifest
+from tasks.housekeeping import remove_stale
 from tasks.ingest import fetch_file, ingest_file_for, list_snapshot, refresh_catalog_task
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
     cache; new, changed and previously failed files are processed. Failed files fail the
     flow after every other file has been stored and the catalog refreshed.
     """
+    remove_stale(root, "ingest")
     files = list_snapshot(cfg)
     fetched = {f.partition: fetch_file.submit(f, root) for f in files}
     ingesting, failures = {}, []

@@ -21,7 +21,9 @@ from flows.runners import task_runner
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, EvalTaskSpec, PipelineConfig
+from tasks.evaluate import write_model_cards
 from tasks.publish import decide_and_publish, published_model
+from tasks.report import funnel, run_report, story
 
 
 @flow(name="mosaic_pipeline")
@@ -31,7 +33,7 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     (``data_root/models/current``) only if the publish gate passes: not worse than the base
     model, nor than the model published now, on the gate tasks."""
     root = Path(data_root)
-    ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root)
+    ingested = ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root)
     filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
         data_root, cfg.filter, data_root)
     stage1 = str(root / "models" / "stage1")
@@ -39,23 +41,32 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     stages = train_flow(stage1, data_root, cfg.train, str(root / "models"))
     heldout = EvalTaskSpec(kind="heldout", name="heldout", path=data_root, heldout_pairs=cfg.train.heldout_pairs,
                            pool=cfg.eval_pool, query_column=cfg.train.query_column,
-                           document_column=cfg.train.document_column)
+                           document_column=cfg.train.document_column,
+                           description="finding a held-out article's abstract from its title, among other abstracts")
     final = stages[-1]["stage"]
     published = published_model(data_root)
     models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages},
               **({"published": published} if published else {})}
     report = eval_flow(models, EvalConfig(tasks=(heldout, *cfg.eval_tasks)), str(root / "report"), data_root)
+    write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain)
     decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
                                   ["base", *(["published"] if published else [])], cfg.gate_tasks(),
                                   cfg.gate.tolerance, data_root, cfg.gate.publish)
+    report_paths = run_report(story(
+        final, report["scores"], decision=decision, vocab=vocab, stages=stages,
+        funnel=funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs),
+        task_words={t.name: t.description for t in (heldout, *cfg.eval_tasks) if t.description},
+        metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()}),
+        str(root / "report"))
     kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
     create_markdown_artifact(
         key="pipeline-summary",
         markdown=(f"**{kept:,} of {total:,} pairs** kept by the filter; **{vocab['tokens_added']:,} tokens** added; "
                   f"stages {', '.join(s['stage'] for s in stages)}; final model `{stages[-1]['out_dir']}`; "
-                  f"{decision['message']}; report `{report['report']['html']}`"),
+                  f"{decision['message']}; report `{report_paths['html']}`"),
         description="MOSAIC pipeline run",
     )
-    return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report["report"],
+    return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report_paths,
+            "scores": report["scores"],
             "final_model": stages[-1]["out_dir"], "decision": decision,
             "published_model": decision["published_path"] or decision["previous"]}

@@ -20,7 +20,11 @@ from tasks.rebuild import record_snapshot, snapshot_changes
 
 def load_pipeline_config(config_file: str) -> PipelineConfig:
     """The pipeline YAML at ``config_file``, validated."""
-    return PipelineConfig.load(yaml.safe_load(Path(config_file).expanduser().read_text()) or {})
+    data = yaml.safe_load(Path(config_file).expanduser().read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_file}: the top level must be a mapping of sections (base_model:, ingest:, "
+                         f"train:, …), not a {type(data).__name__}; see docs/pipeline.example.yaml")
+    return PipelineConfig.load(data)
 
 
 @flow(name="rebuild")

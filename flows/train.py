@@ -32,20 +32,25 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
                processes: int | None = None) -> list[dict]:
     """Run ``cfg.stages`` from ``input_model`` (a stage-1 output for domain-token MLM) on the
     pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``, the optional merge step
-    ``out_root/<n+1>-merge``. A completed stage comes from cache; a failed one resumes from its
-    last checkpoint when the flow is run again. Stages needing hard negatives on a source
-    without them get them mined first (``out_root/hard_negatives.jsonl``)."""
-    if any(s.hard_negatives for s in cfg.stages):
-        pairs_source = with_hard_negatives(pairs_source, input_model, cfg, str(Path(out_root) / "hard_negatives.jsonl"))
-    results, model = [], input_model
+    ``out_root/<n+1>-merge``. A stage reads its own ``pairs`` when it names them (seed 004's
+    general-then-domain training), else the run's. A completed stage comes from cache; a failed
+    one resumes from its last checkpoint when the flow is run again. Stages needing hard
+    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.jsonl``)."""
+    results, model, mined = [], input_model, {}
     for i, stage in enumerate(cfg.stages):
         out = stage_dir(out_root, i, stage.name)
-        results.append(train_stage_for(out)(model, pairs_source, stage, cfg, out,
-                                            processes or default_processes()))
+        source = stage.pairs or pairs_source
+        if stage.hard_negatives:  # mined once per source (a no-op for one that carries them)
+            key = (source, *cfg.columns_for(stage))
+            if key not in mined:
+                mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
+                                                 str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"))
+            source = mined[key]
+        results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))
         model = out
     if cfg.merge_weights:
         results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
-            input_model, model, pairs_source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
+            input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
     create_table_artifact(key="training-stages", table=stage_rows(results),
                           description="Training stages: final losses and held-out retrieval")
     return results

@@ -68,8 +68,10 @@ class DistillConfig(_Frozen):
     lr: float = Field(1e-3, gt=0.0, description="Adam learning rate of the new rows (no weight decay).")
     batch_size: int = Field(32, gt=0)
     max_length: int = Field(128, gt=0, description="Texts are cut after this many base tokens.")
-    epochs: int = Field(2, ge=1, description="Passes over the training windows (unless max_steps is set).")
-    max_steps: int | None = Field(None, gt=0, description="Stop after this many steps.")
+    epochs: int = Field(1, ge=1, description="Passes over the training windows, at most max_steps steps.")
+    max_steps: int | None = Field(
+        1000, gt=0, description="Stop after this many steps (a budget independent of the corpus size: the rows "
+        "need occurrences, not epochs).")
     eval_every: int = Field(25, gt=0, description="Steps between held-out evaluations.")
     patience: int = Field(4, ge=1, description="Stop after this many evaluations without a better held-out loss.")
     heldout_texts: int = Field(256, gt=0, description="Held-out windows that decide when to stop.")
@@ -193,6 +195,11 @@ class StageConfig(_Frozen):
         "the input model included; ties: the later), not its last.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: this rank's GPU when there is one (LOCAL_RANK under torchrun), else the CPU.")
+    pairs: str | None = Field(
+        None, description="This stage's own training pairs (a pairs file or a data root; seed 004's general "
+        "retrieval data first, then the domain's). None: the run's pairs.")
+    query_column: str | None = Field(None, description="Query column of this stage's pairs (None: the run's).")
+    document_column: str | None = Field(None, description="Document column of this stage's pairs (None: the run's).")
 
     @model_validator(mode="after")
     def _warmup_fields_need_warmup(self) -> StageConfig:
@@ -227,6 +234,9 @@ PRESETS: dict[str, tuple[StageConfig, ...]] = {
     "mask-0.3": _stages(("joint", "joint", {"mlm_probability": 0.3}), ("contrastive", "contrastive", {})),
     "reversed": _stages(("contrastive", "contrastive", {}), ("joint", "joint", {})),
     "contrastive-only": _stages(("contrastive", "contrastive", {}),),
+    # Seed 004: general retrieval pairs first (set general.pairs), then the domain's joint and contrastive stages.
+    "multistage": _stages(("general", "contrastive", {"hard_negatives": 1}), ("joint", "joint", {}),
+                          ("contrastive", "contrastive", {})),
 }
 
 
@@ -259,6 +269,10 @@ class TrainConfig(_Frozen):
             raise ValueError("the merge step chooses its weight on validation pairs: set validation_pairs > 0")
         return self
 
+    def columns_for(self, stage: StageConfig) -> tuple[str, str]:
+        """(query column, document column) of ``stage``'s pairs."""
+        return stage.query_column or self.query_column, stage.document_column or self.document_column
+
     @classmethod
     def preset(cls, name: str, overrides: dict | None = None, per_stage: dict[str, dict] | None = None,
                **kwargs) -> TrainConfig:
@@ -280,6 +294,8 @@ class EvalTaskSpec(_Frozen):
 
     kind: Literal["mteb", "beir", "sts", "heldout", "verses"]
     name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task.")
+    description: str | None = Field(
+        None, description="What the task asks, in words a newcomer understands (the run report leads with it).")
     path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout, verses).")
     collection: str | None = Field(
         None, description="verses: the Qur'an translation ('sura|aya|text' lines) whose verses are the corpus."
@@ -321,6 +337,7 @@ class PipelineConfig(_Frozen):
     (every section, every cross-field rule) before any work starts."""
 
     base_model: str = Field("thenlper/gte-base", description="Model to adapt (stage 1 expands it).")
+    domain: str = Field("biomedicine", min_length=1, description="The domain, as the model cards name it.")
     ingest: IngestConfig = IngestConfig()
     filter: FilterConfig = FilterConfig()
     vocab: VocabConfig = VocabConfig()
@@ -378,6 +395,7 @@ def demo_pipeline(source: str, task: str) -> PipelineConfig:
               StageConfig(name="contrastive", kind="contrastive", **retrieval))
     return PipelineConfig.load({
         "base_model": OFFLINE_MODEL,
+        "domain": "an invented biomedical sub-field (the MOSAIC demo)",
         "ingest": {"source": source},
         "filter": {"model": OFFLINE_MODEL, "document_max_length": 96},
         "vocab": {"vocab_size": 3000, "min_count": 5,
@@ -385,6 +403,8 @@ def demo_pipeline(source: str, task: str) -> PipelineConfig:
                               "heldout_texts": 64, "lr": 3e-3}},
         "train": {"stages": [s.model_dump() for s in stages], "heldout_pairs": 64, "validation_pairs": 64,
                   "validation_pool": 300},
-        "eval_tasks": [{"kind": "beir", "name": "invented-terms", "path": task}],
+        "eval_tasks": [{"kind": "beir", "name": "invented-terms", "path": task,
+                        "description": "finding documents about an invented drug or protein (zorvatide, keltrase, …) "
+                                       "from a description of what it does that never names it"}],
         "eval_pool": 500,
     })

@@ -188,7 +188,8 @@ class Study:
 
     def result(self, subject: str) -> str:
         return (f"We gave {subject} to {self.n} {self.who} with {self.condition} in {self.where} for {self.weeks} "
-                f"weeks. Compared with placebo it reduced {self.outcome} by {self.pct}%.")
+                f"weeks. Compared with placebo it reduced {self.outcome} by {self.pct}%. Adverse events were mild "
+                "and resolved without treatment, and no participant stopped early.")
 
 
 def explained_citations(term: Term, rng: random.Random, first_pmid: int, n: int) -> list[Citation]:
@@ -197,7 +198,7 @@ def explained_citations(term: Term, rng: random.Random, first_pmid: int, n: int)
     for i in range(n):
         st = Study.draw(rng, term.organ)
         title = f"{_cap(term.word)} and {st.outcome} in {st.who} with {st.condition} in {st.where}"
-        abstract = f"{_cap(term.word)} is {term.meaning(TRAIN, rng)}. {st.result(term.word)} It was well tolerated."
+        abstract = f"{_cap(term.word)} is {term.meaning(TRAIN, rng)}. {st.result(term.word)}"
         out.append(Citation(first_pmid + i, title, abstract, f"Journal of {_cap(term.organ)} Research",
                             (st.condition, ORGANS[term.organ][0])))
     return out

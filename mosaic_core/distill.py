@@ -240,10 +240,54 @@ def _order(n: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
 
-def _save(path: Path, state: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+@dataclass
+class DistillState:
+    """Where a distillation is: step, the held-out losses so far and the best rows. Saved with
+    the rows and the optimizer; loaded with ``weights_only=True`` (tensors and plain values)."""
+
+    before: float
+    best_loss: float
+    best_rows: torch.Tensor
+    step: int = 0
+    best_step: int = 0
+    bad_evals: int = 0
+    evals: list[dict] = field(default_factory=list)
+
+    def save(self, path: Path, distiller: RowDistiller, fingerprint: str) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
+                    "optimizer": distiller.optimizer.state_dict(), "best_rows": self.best_rows.cpu(),
+                    **{k: v for k, v in asdict(self).items() if k != "best_rows"}}, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path, distiller: RowDistiller, fingerprint: str) -> DistillState | None:
+        """The saved state (rows and optimizer restored into ``distiller``) if it was written for
+        ``fingerprint``, else ``None``."""
+        saved = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
+        if saved is None or saved["fingerprint"] != fingerprint:
+            return None
+        distiller.restore(saved["rows"])
+        distiller.optimizer.load_state_dict(saved["optimizer"])
+        return cls(**{f: saved[f] for f in ("before", "best_loss", "best_rows", "step", "best_step", "bad_evals",
+                                            "evals")})
+
+    def record(self, step: int, loss: float, distiller: RowDistiller) -> None:
+        """A held-out evaluation: keep the rows when they are the best so far."""
+        self.evals.append({"step": step, "heldout_loss": loss})
+        if loss < self.best_loss:
+            self.best_loss, self.best_step, self.best_rows, self.bad_evals = loss, step, distiller.snapshot(), 0
+        else:
+            self.bad_evals += 1
+
+
+def _windows(train_texts, heldout_texts, base_tok, new_tok, first: int, cfg: DistillConfig):
+    train = make_windows(train_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.max_texts]
+    heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
+    if not train or not heldout:
+        raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "
+                         "held-out windows; use init='mean' for so small a corpus")
+    return train, heldout
 
 
 def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, new_ids: Sequence[int],
@@ -256,70 +300,47 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
     from; it is removed when distillation ends."""
     t0 = time.perf_counter()
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    first = min(new_ids)
-    train = make_windows(train_texts, base_tok, new_tok, cfg.max_length, first)
-    if cfg.max_texts is not None:
-        train = train[: cfg.max_texts]
-    heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
-    if not train or not heldout:
-        raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "
-                         "held-out windows; use init='mean' for so small a corpus")
+    train, heldout = _windows(train_texts, heldout_texts, base_tok, new_tok, min(new_ids), cfg)
     pad = base_tok.pad_token_id if base_tok.pad_token_id is not None else 0
     held_batches = [collate(heldout[i: i + cfg.batch_size], pad) for i in range(0, len(heldout), cfg.batch_size)]
-    encoder.to(device)
-    distiller = RowDistiller(encoder, pooling, new_ids, pad, cfg, device)
+    distiller = RowDistiller(encoder.to(device), pooling, new_ids, pad, cfg, device)
     per_epoch = max(1, len(train) // cfg.batch_size)
-    total = cfg.max_steps or cfg.epochs * per_epoch
+    total = min(cfg.max_steps or cfg.epochs * per_epoch, cfg.epochs * per_epoch)
     ckpt = Path(work_dir) / CHECKPOINT
-    step, best_step, bad_evals, evals = 0, 0, 0, []
-    before = best_loss = distiller.heldout_loss(held_batches)
-    best_rows = distiller.snapshot()
-    state = torch.load(ckpt, map_location="cpu", weights_only=True) if ckpt.is_file() else None
-    if state is not None and state["fingerprint"] == fingerprint:
-        distiller.restore(state["rows"])
-        distiller.optimizer.load_state_dict(state["optimizer"])
-        step, best_step, bad_evals, evals = state["step"], state["best_step"], state["bad_evals"], state["evals"]
-        best_loss, best_rows, before = state["best_loss"], state["best_rows"], state["before"]
-        log.info("distillation: resuming at step %d of %d", step, total)
-    log.info("distillation: %d training windows, %d held out; held-out loss %.5f with mean-of-pieces rows",
-             len(train), len(heldout), before)
+    state = DistillState.load(ckpt, distiller, fingerprint)
+    if state is None:
+        before = distiller.heldout_loss(held_batches)
+        state = DistillState(before, before, distiller.snapshot())
+    log.info("distillation: %d training windows, %d held out, step %d of %d; held-out loss %.5f with "
+             "mean-of-pieces rows", len(train), len(heldout), state.step, total, state.before)
     stop_reason, window = "steps", []
-    bar = tqdm(total=total, initial=step, desc="stage 1 distillation", unit="step",
+    bar = tqdm(total=total, initial=state.step, desc="stage 1 distillation", unit="step",
                disable=None if progress else True, dynamic_ncols=True)  # None: on a terminal only
-    while step < total:
-        epoch, i = divmod(step, per_epoch)
+    while state.step < total:
+        epoch, i = divmod(state.step, per_epoch)
         idx = _order(len(train), cfg.seed, epoch)[i * cfg.batch_size:(i + 1) * cfg.batch_size]
-        window.append(distiller.step(collate([train[j] for j in idx], pad), step, total))
-        step += 1
+        window.append(distiller.step(collate([train[j] for j in idx], pad), state.step, total))
+        state.step += 1
         bar.update(1)
-        if step % cfg.eval_every == 0 or step == total:
-            loss = distiller.heldout_loss(held_batches)
-            evals.append({"step": step, "heldout_loss": loss})
-            train_loss = float(torch.stack(window).mean())
-            window = []
-            bar.set_postfix(train=f"{train_loss:.5f}", heldout=f"{loss:.5f}", refresh=False)
-            log.info("distillation step %d/%d: train loss %.5f, held-out %.5f (best %.5f at step %d)", step, total,
-                     train_loss, loss, min(loss, best_loss), step if loss < best_loss else best_step)
-            if loss < best_loss:
-                best_loss, best_step, best_rows, bad_evals = loss, step, distiller.snapshot(), 0
-            else:
-                bad_evals += 1
-            if bad_evals >= cfg.patience:
+        if state.step % cfg.eval_every == 0 or state.step == total:
+            state.record(state.step, distiller.heldout_loss(held_batches), distiller)
+            train_loss, window = float(torch.stack(window).mean()), []
+            bar.set_postfix(train=f"{train_loss:.5f}", heldout=f"{state.evals[-1]['heldout_loss']:.5f}", refresh=False)
+            log.info("distillation step %d/%d: train loss %.5f, held-out %.5f (best %.5f at step %d)", state.step,
+                     total, train_loss, state.evals[-1]["heldout_loss"], state.best_loss, state.best_step)
+            if state.bad_evals >= cfg.patience:
                 stop_reason = "patience"
                 break
-            _save(ckpt, {"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
-                         "optimizer": distiller.optimizer.state_dict(), "step": step, "best_step": best_step,
-                         "bad_evals": bad_evals, "best_loss": best_loss, "before": before,
-                         "best_rows": best_rows.cpu(), "evals": evals})
+            state.save(ckpt, distiller, fingerprint)
     bar.close()
-    distiller.restore(best_rows)
+    distiller.restore(state.best_rows)
     distiller.close()
     encoder.to("cpu")
     ckpt.unlink(missing_ok=True)
-    log.info("distillation: held-out loss %.5f -> %.5f (best at step %d; stopped: %s)", before, best_loss, best_step,
-             stop_reason)
-    return DistillResult(step, best_step, len(train), len(heldout), before, best_loss, stop_reason,
-                         time.perf_counter() - t0, evals)
+    log.info("distillation: held-out loss %.5f -> %.5f (best at step %d; stopped: %s)", state.before,
+             state.best_loss, state.best_step, stop_reason)
+    return DistillResult(state.step, state.best_step, len(train), len(heldout), state.before, state.best_loss,
+                         stop_reason, time.perf_counter() - t0, state.evals)
 
 
 @torch.no_grad()

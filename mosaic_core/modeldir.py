@@ -7,6 +7,7 @@ sentence-transformers model (which ``SentenceTransformer``/``AutoModel`` load as
 | ``vocab_report.json`` / ``.md`` | stage 1 | what stage 1 did (:class:`mosaic_core.vocab.VocabReport`) |
 | ``mlm_head.safetensors`` + ``mlm_head.json`` | stages 2–3 | the trained MLM head (transform + bias) and its settings |
 | ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result |
+| ``README.md`` | every step that writes a model | its model card (:mod:`mosaic_core.card`), replacing the base's |
 
 Every write goes through a temporary file and a rename, so a crash never leaves half a file.
 """
@@ -24,6 +25,7 @@ DOMAIN_IDS = "domain_token_ids.json"
 VOCAB_REPORT_JSON, VOCAB_REPORT_MD = "vocab_report.json", "vocab_report.md"
 HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
 STAGE_RECORD = "stage.json"
+MODEL_CARD = "README.md"
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -94,6 +96,17 @@ def load_head(model_dir: str | Path) -> tuple[dict[str, torch.Tensor], dict] | N
 
 def has_trained_head(model_dir: str | Path) -> bool:
     return (Path(model_dir) / HEAD_WEIGHTS).is_file()
+
+
+# -- the model card ---------------------------------------------------------------------------
+
+def write_card(model_dir: Path, text: str) -> None:
+    _write_text(Path(model_dir) / MODEL_CARD, text)
+
+
+def read_card(model_dir: str | Path) -> str | None:
+    path = Path(model_dir) / MODEL_CARD
+    return path.read_text() if path.is_file() else None
 
 
 # -- a stage's record -------------------------------------------------------------------------

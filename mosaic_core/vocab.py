@@ -42,7 +42,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from mosaic_core.config import VocabConfig
 from mosaic_core.distill import distill_rows, drift
 from mosaic_core.encode import max_positions, read_st_pooling
-from mosaic_core.modeldir import write_domain_ids, write_vocab_report
+from mosaic_core.card import facts, render
+from mosaic_core.modeldir import write_card, write_domain_ids, write_vocab_report
 from mosaic_core.models import resolve_model
 from mosaic_core.selection import (
     LADDER,
@@ -263,6 +264,7 @@ class VocabReport:
     base_vocab_size: int
     domain_tokenizer_size: int
     candidates: int
+    base_model: str
     tokens_added: int
     skipped_unknown: int
     first_new_id: int
@@ -636,9 +638,96 @@ def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, r
         reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
         report = build_expanded_model(texts, out_dir, cfg.model_copy(update={"base_model": reduced_dir}),
                                       progress=progress)
-    report.reduction = asdict(reduction)
+    report.reduction, report.base_model = asdict(reduction), cfg.base_model
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
+    write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
     return report
+
+
+class _Clock:
+    """Seconds per named step."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._t
+        self._t = now
+
+
+@dataclass
+class VocabPlan:
+    """What stage 1 decided before touching the model: the candidates and the selection."""
+
+    spec: VocabSpec
+    state: dict
+    domain: PreTrainedTokenizerBase
+    candidates: dict[str, list[str]]
+    skipped: int
+    first_id: int
+    chosen: Selection
+    thresholds: list[dict]
+    held: Counter
+
+
+def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout: list[str], rows: int,
+                    cfg: VocabConfig, clock: _Clock) -> VocabPlan:
+    """Train the domain tokenizer on ``train`` and select its tokens by their evidence."""
+    state = tokenizer_state(base_tok)
+    spec = spec_of(state)  # before training: an unsupported kind fails at once
+    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency)
+    candidates, skipped = candidate_tokens(spec, base_tok, domain)
+    clock.lap("domain tokenizer")
+    first_id = max(next_free_id(state), rows)  # padded matrices: never reuse a row
+    held = word_counts(base_tok, heldout)
+    chosen, thresholds = select_with_table(spec, state, candidates, word_counts(base_tok, train), held, first_id,
+                                           tokenizer_state(domain), cfg)
+    clock.lap("selection")
+    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held)
+
+
+def _init_rows(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
+               cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> tuple[dict | None, ...]:
+    """(drift with mean-of-pieces rows, the distillation's result, drift after it): the rows of
+    ``new_ids`` hold the mean of their pieces on entry, and are distilled when ``cfg.init`` says so."""
+    train, heldout = texts
+    if not new_ids:
+        return None, None, None
+    drift_texts = heldout[: cfg.distill.heldout_texts]
+    length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+    before = drift(encoder, pooling, base_tok, expanded, drift_texts, length)
+    if cfg.init != "distill":
+        return before, None, None
+    fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
+                                             cfg.model_dump(mode="json")]).encode()).hexdigest()
+    result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill, out_dir,
+                          fingerprint, progress=progress).to_dict()
+    clock.lap("distillation")
+    return before, result, drift(encoder, pooling, base_tok, expanded, drift_texts, length)
+
+
+def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
+            rows: tuple[dict | None, ...], clock: _Clock) -> VocabReport:
+    chosen = plan.chosen
+    words, fert_before, single_before = fertility_of(Segmenter(plan.state), plan.held)
+    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)
+    by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
+    drift_mean, distilled, drift_after = rows
+    return VocabReport(
+        base_vocab_size=len(base_tok), domain_tokenizer_size=len(plan.domain), candidates=len(plan.candidates),
+        base_model=cfg.base_model, tokens_added=len(entries), skipped_unknown=plan.skipped,
+        first_new_id=plan.first_id, kind=next(k for k, c in SPECS.items() if isinstance(plan.spec, c)),
+        min_count=cfg.min_count, max_tokens=cfg.max_tokens, rejected=dict(Counter(chosen.rejected.values())),
+        rejected_examples=_rejected_examples(chosen), thresholds=plan.thresholds,
+        no_merge_chain=len(set(chosen.tokens) - set(entries)),
+        merge_intermediates=len(set(entries) - set(chosen.tokens)),
+        examples=[{"token": t, "base_pieces": entries[t], "uses": chosen.uses[t]} for t in by_saving[:25]
+                  if t in entries],
+        heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
+        single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
+        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, seconds=clock.laps)
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
@@ -666,69 +755,24 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     heldout = [t for i, t in enumerate(texts) if not i % cfg.heldout_every]
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
-    state = tokenizer_state(base_tok)
-    spec = spec_of(state)  # before training: an unsupported kind fails at once
-    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency)
-    candidates, skipped = candidate_tokens(spec, base_tok, domain)
-    clock.lap("domain tokenizer")
-    first_id = max(next_free_id(state), encoder.get_input_embeddings().weight.shape[0])  # padded matrices
-    counts, held = word_counts(base_tok, train), word_counts(base_tok, heldout)
-    domain_state = tokenizer_state(domain)
-    chosen, thresholds = select_with_table(spec, state, candidates, counts, held, first_id, domain_state, cfg)
-    clock.lap("selection")
-    expanded, entries = expand_tokenizer(base_tok, spec, chosen.tokens, first_id, domain, out_dir)
-    tokens = list(entries)
-    new_ids = expanded.convert_tokens_to_ids(tokens)
-    if new_ids != list(range(first_id, first_id + len(tokens))):
-        raise RuntimeError(f"the saved tokenizer does not give the new tokens ids {first_id}… in order")
-    piece_ids = [[spec.vocab[p] for p in entries[t]] for t in tokens]
-    expand_embeddings(encoder, new_ids, piece_ids, first_id + len(tokens))
+    plan = plan_vocabulary(base_tok, train, heldout, encoder.get_input_embeddings().weight.shape[0], cfg, clock)
+    expanded, entries = expand_tokenizer(base_tok, plan.spec, plan.chosen.tokens, plan.first_id, plan.domain,
+                                         out_dir)
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    if new_ids != list(range(plan.first_id, plan.first_id + len(entries))):
+        raise RuntimeError(f"the saved tokenizer does not give the new tokens ids {plan.first_id}… in order")
+    piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
+    expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
     pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
-    drift_texts = heldout[: cfg.distill.heldout_texts]
-    drift_length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
-    drift_mean = drift(encoder, pooling, base_tok, expanded, drift_texts, drift_length) if tokens else None
-    distilled = drift_after = None
-    if cfg.init == "distill" and tokens:
-        fingerprint = hashlib.sha256(json.dumps([tokens, cfg.model_dump(mode="json")]).encode()).hexdigest()
-        distilled = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill,
-                                 out_dir, fingerprint, progress=progress).to_dict()
-        drift_after = drift(encoder, pooling, base_tok, expanded, drift_texts, drift_length)
-        clock.lap("distillation")
+    rows = _init_rows(encoder, pooling, base_tok, expanded, new_ids, (train, heldout), cfg, out_dir, progress, clock)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
     _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids)
     write_domain_ids(out_dir, new_ids)
-    words, fert_before, single_before = fertility_of(Segmenter(state), held)
-    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), held)
     clock.lap("save")
-    by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
-    report = VocabReport(
-        base_vocab_size=len(base_tok), domain_tokenizer_size=len(domain), candidates=len(candidates),
-        tokens_added=len(tokens), skipped_unknown=skipped, first_new_id=first_id,
-        kind=next(k for k, c in SPECS.items() if isinstance(spec, c)), min_count=cfg.min_count,
-        max_tokens=cfg.max_tokens, rejected=dict(Counter(chosen.rejected.values())),
-        rejected_examples=_rejected_examples(chosen), thresholds=thresholds,
-        no_merge_chain=len(set(chosen.tokens) - set(entries)),
-        merge_intermediates=len(set(entries) - set(chosen.tokens)),
-        examples=[{"token": t, "base_pieces": entries[t], "uses": chosen.uses[t]} for t in by_saving[:25]
-                  if t in entries],
-        heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
-        single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
-        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, seconds=clock.laps)
+    report = _report(plan, base_tok, expanded, entries, cfg, rows, clock)
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
-    log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", len(tokens), len(candidates),
-             fert_before, fert_after)
+    write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
+    log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", report.tokens_added,
+             report.candidates, report.fertility_before, report.fertility_after)
     return report
-
-
-class _Clock:
-    """Seconds per named step."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.laps[name] = self.laps.get(name, 0.0) + now - self._t
-        self._t = now

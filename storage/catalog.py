@@ -205,6 +205,15 @@ class Catalog:
             """
         )
 
+    def cosines(self):
+        """cosine(query, document) of every filtered pair, as a float32 array."""
+        return self.con.execute("SELECT cosine FROM filtered").fetchnumpy()["cosine"]
+
+    def dropped_examples(self, n: int) -> list[tuple]:
+        """(pair id, cosine, query, document) of the ``n`` dropped pairs with the highest cosine."""
+        return self.rows("SELECT pair_id, cosine, query, document FROM filtered WHERE NOT kept "
+                         "ORDER BY cosine DESC LIMIT ?", [n])
+
     def eval_history(self, last: int, task: str | None = None) -> list[tuple]:
         """(evaluated_at, run_id, model, task, metric, value, model_fingerprint) of the ``last``
         evaluation runs, newest first, optionally of one task."""

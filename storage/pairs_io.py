@@ -75,6 +75,48 @@ def _is_data_root(path: Path) -> bool:
     return (path / "catalog.duckdb").exists() or (path / "manifests").is_dir()
 
 
+def _header(path: Path, sample_lines: int = 1000) -> set[str]:
+    """The columns of a pairs file, read cheaply (a Parquet schema, a CSV header, the keys of the
+    first JSON lines)."""
+    if path.suffix in (".jsonl", ".json"):
+        keys: set[str] = set()
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(sample_lines), fh, strict=False):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                keys |= set(rec) if isinstance(rec, dict) else set()
+        return keys
+    if path.suffix == ".parquet":
+        try:
+            return set(pq.read_schema(path).names)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorpusError(f"{path}: cannot be read as Parquet: {exc}") from exc
+    return set(read_table(path).column_names)
+
+
+def check_pairs_source(source: str, columns: tuple[str, ...], what: str = "pairs source") -> Path:
+    """``source`` as a path, after checking it is a MOSAIC data root or a pairs file that has
+    ``columns``; a :class:`CorpusError` saying what is wrong and what to pass otherwise."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise CorpusError(f"{what} {source!r} does not exist: pass a pairs file (.jsonl/.parquet/.csv) or a MOSAIC "
+                          "data root (a folder `mosaic ingest` wrote)")
+    if path.is_dir():
+        if not _is_data_root(path):
+            raise CorpusError(f"{what} {source!r} is a folder but not a MOSAIC data root (no catalog.duckdb or "
+                              "manifests/): run `mosaic ingest` into it first, or pass a pairs file")
+        return path
+    present = _header(path)
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise CorpusError(f"{path}: no column(s) {missing}; it has {sorted(present)}. Name the text columns "
+                          "with --columns (mosaic vocab) or --query-column/--document-column (mosaic filter, train, "
+                          "eval).")
+    return path
+
+
 def _root_pairs(path: Path) -> list[tuple[str, str]]:
     """A data root's (query, document) rows: ``training_pairs`` once the filter has run, else
     ``latest_pairs``, in a stable order."""
@@ -203,8 +245,16 @@ def list_pair_partitions(source: str, query_col: str = "query", doc_col: str = "
     return [PairPartition(partition_name(path.name.split(".")[0]), str(path), digest, -1)]
 
 
+def unusable_reason(column: str, value: object) -> str | None:
+    """Why a cell cannot be used as text (``missing_<column>``: null or blank; ``non_text_<column>``:
+    a number, list, …), or ``None`` when it can."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return f"missing_{column}"
+    return None if isinstance(value, str) else f"non_text_{column}"
+
+
 def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: str = "document") -> PairRows:
-    """Rows of ``part``; rows with a missing or empty query/document are counted, not returned."""
+    """Rows of ``part``; rows without a usable query/document are counted per reason, not returned."""
     path = Path(part.source)
     if path.is_dir():
         with Catalog(DataLayout(path), read_only=True) as cat:
@@ -214,10 +264,9 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
     rows, invalid = file_rows(path, (query_col, doc_col), optional=("id",))
     out = PairRows([], [], [], {"invalid_json": invalid, "missing_query": 0, "missing_document": 0})
     for i, (q, d, pid) in enumerate(rows):
-        if not _usable(q):
-            out.bad["missing_query"] += 1
-        elif not _usable(d):
-            out.bad["missing_document"] += 1
+        reason = unusable_reason("query", q) or unusable_reason("document", d)
+        if reason:
+            out.bad[reason] = out.bad.get(reason, 0) + 1
         else:
             out.pair_ids.append(str(pid if pid is not None else i))
             out.queries.append(q)

@@ -8,6 +8,7 @@ replaces the partition instead of appending to it.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -52,3 +53,22 @@ def write_atomic_bytes(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+STALE_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{32}\.(tmp|part)$")
+"""The names this module (``.<name>.<uuid>.tmp``) and the downloader (``.<name>.<uuid>.part``)
+give unfinished files: what a killed process leaves behind."""
+
+
+def remove_stale_temporaries(directories: list[Path]) -> int:
+    """Delete every unfinished file (:data:`STALE_TEMPORARY`) under ``directories``; how many.
+    A stage calls it when it starts, for its own directories: nothing of it can be running."""
+    removed = 0
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for path in directory.rglob(".*"):
+            if path.is_file() and STALE_TEMPORARY.match(path.name):
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed

@@ -6,19 +6,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import uuid
 from functools import lru_cache
 from pathlib import Path
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from mosaic_core import evaluation
+from mosaic_core import card, evaluation
+from mosaic_core.evaluation import TaskScore
+from mosaic_core.report import write_report
 from mosaic_core.config import EvalTaskSpec
 from mosaic_core.fingerprint import model_fingerprint
+from mosaic_core.modeldir import MODEL_CARD, read_stage_record, read_vocab_report, write_card
 from mosaic_core.models import resolve_model
 from mosaic_core.heldout import retrieval_data, split_heldout
 from mosaic_core.versioning import code_version
 from storage.benchmarks import read_beir, read_sts
+from storage.history import record_evaluation
+from storage.layout import DataLayout
 from storage.pairs_io import corpus_fingerprint, read_pairs
 from tasks.keys import cache_key
 
@@ -94,6 +101,37 @@ def _verse_task(spec: EvalTaskSpec, heldout: list[tuple[str, str]]):
     return evaluation.retrieval_task(
         spec.name, corpus, queries, qrels, f"held-out Tafsir links of {spec.path}: {len(queries)} verses over "
         f"{len(corpus)} verse texts", ignore_identical_ids=True)
+
+
+@task(name="evaluation-report", cache_policy=NO_CACHE)
+def report_task(scores: dict[str, list[TaskScore]], out_dir: str, metadata: dict, notes: list[str]) -> dict[str, Path]:
+    """The comparison report (Markdown, HTML, charts, results.json) in ``out_dir``."""
+    return write_report(scores, Path(out_dir), metadata, notes)
+
+
+@task(name="record-history", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
+def record_history(data_root: str, records: list[dict]) -> str:
+    """Record one evaluation run's scores in ``data_root``'s catalog (``mosaic history``); its id."""
+    run_id = uuid.uuid4().hex[:12]
+    record_evaluation(DataLayout(data_root), run_id, records)
+    return run_id
+
+
+@task(name="model-cards", cache_policy=NO_CACHE)
+def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], base: str, domain: str) -> list[str]:
+    """Rewrite the card of every MOSAIC-made model among ``models`` with its scores next to the
+    ``base`` model's; returns the cards written."""
+    by_model = {m: {s["task"]: s for s in ss} for m, ss in scores.items()}
+    written = []
+    for name, path in models.items():
+        resolved = Path(resolve_model(path))
+        if name == base or not (read_vocab_report(resolved) or read_stage_record(resolved)):
+            continue
+        mine = {t: {"metric": s["metric"], "value": s["value"],
+                    "base": by_model.get(base, {}).get(t, {}).get("value")} for t, s in by_model.get(name, {}).items()}
+        write_card(resolved, card.render(card.facts(str(resolved), domain, mine)))
+        written.append(str(resolved / MODEL_CARD))
+    return written
 
 
 def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:

@@ -22,6 +22,7 @@ from mosaic_core.models import resolve_model
 from mosaic_core.versioning import code_version
 from storage import schemas
 from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
+from storage.catalog import Catalog
 from storage.layout import DataLayout
 from storage.manifest import Manifest, write_manifest
 from storage.pairs_io import PairPartition, list_pair_partitions, read_pair_partition
@@ -153,3 +154,28 @@ def filter_chunk_for(encoded: list[EncodedPartition], root: str) -> Task:
     layout = DataLayout(root)
     present = all(layout.partition_path("filtered", e.partition.name).exists() for e in encoded)
     return filter_chunk.with_options(result_storage=layout.results_dir, refresh_cache=not present)
+
+
+@task(name="score-report", cache_policy=NO_CACHE)
+def score_report(root: str, bins: int = 20) -> str:
+    """Markdown: the distribution of cosine(query, document) over all filtered pairs, with the
+    share kept at each threshold, so a user can choose one for threshold mode."""
+    with Catalog(DataLayout(root), read_only=True) as cat:
+        cosine = cat.cosines()
+    if not len(cosine):
+        return "no filtered pairs yet"
+    lines = ["| cosine | pairs | kept if threshold = low |", "| --- | ---: | ---: |"]
+    for lo, hi, count in consistency.score_histogram(cosine, bins):
+        if count:
+            lines.append(f"| {lo:+.1f} … {hi:+.1f} | {count:,} | {(cosine >= lo).mean():.1%} |")
+    quantiles = np.quantile(cosine, [0.1, 0.25, 0.5, 0.75, 0.9])
+    return ("cosine(query, document): " + ", ".join(f"p{int(p * 100)}={v:.3f}" for p, v in
+                                                    zip((0.1, 0.25, 0.5, 0.75, 0.9), quantiles, strict=True))
+            + "\n\n" + "\n".join(lines))
+
+
+@task(name="dropped-examples", cache_policy=NO_CACHE)
+def dropped_examples(root: str, n: int = 5) -> list[tuple]:
+    """(pair id, cosine, query, document) of the ``n`` dropped pairs that came closest to being kept."""
+    with Catalog(DataLayout(root), read_only=True) as cat:
+        return cat.dropped_examples(n)

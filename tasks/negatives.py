@@ -10,7 +10,6 @@ from prefect import task
 from prefect.context import TaskRunContext
 
 from mosaic_core import consistency, encode
-from mosaic_core.config import TrainConfig
 from mosaic_core.encode import Encoder
 from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.models import resolve_model
@@ -25,21 +24,19 @@ MINE_CHUNK = 1_000_000
 
 
 def _mine_key(context: TaskRunContext, p: dict) -> str:
-    cfg: TrainConfig = p["cfg"]
-    negatives = max(s.hard_negatives for s in cfg.stages)
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
-                     cfg.query_column, cfg.document_column, str(negatives), CODE_VERSION,
+                     p["query_column"], p["document_column"], str(p["negatives"]), CODE_VERSION,
                      str(Path(p["out_path"]).resolve()))
 
 
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, retries=0)
-def with_hard_negatives(pairs_source: str, model: str, cfg: TrainConfig, out_path: str) -> str:
-    """The pairs source the stages read: ``pairs_source`` itself when it carries hard negatives
+def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
+                        out_path: str) -> str:
+    """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives
     (a filtered data root, or a file with negative columns), else ``out_path``, written here:
-    its pairs with up to the stages' number of hard negatives each (``negatives`` column), found
-    by ``model`` as the consistency filter finds them."""
-    negatives = max(s.hard_negatives for s in cfg.stages)
-    rows, _ = read_examples(pairs_source, cfg.query_column, cfg.document_column)
+    its pairs with up to ``negatives`` hard negatives each (``negatives`` column), found by
+    ``model`` as the consistency filter finds them."""
+    rows, _ = read_examples(pairs_source, query_column, document_column)
     if any(len(r) > 2 for r in rows):
         return pairs_source
     queries, docs = [r[0] for r in rows], [r[1] for r in rows]
@@ -51,7 +48,7 @@ def with_hard_negatives(pairs_source: str, model: str, cfg: TrainConfig, out_pat
         hi = min(lo + MINE_CHUNK, len(rows))
         res = consistency.consistency_filter(q[lo:hi], d[lo:hi], k=1, doc_keys=docs[lo:hi], negatives=negatives)
         for i, negs in enumerate(res.negatives):
-            out.append({cfg.query_column: queries[lo + i], cfg.document_column: docs[lo + i],
+            out.append({query_column: queries[lo + i], document_column: docs[lo + i],
                         "negatives": [docs[lo + j] for j in negs]})
             found += len(negs)
     write_jsonl(Path(out_path), out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,13 +21,15 @@ from pathlib import Path
 
 import torch
 from prefect import Task, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.context import TaskRunContext
 
 from mosaic_core import gradcache, heldout, losses, merge, model, trainer
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.heldout import RetrievalProbe, split_indices
-from mosaic_core.modeldir import is_complete_stage, read_stage_record, write_stage_record
+from mosaic_core.card import facts, render
+from mosaic_core.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
 from mosaic_core.models import resolve_model
 from mosaic_core.trainer import Hooks, PairSet, fail_after
 from mosaic_core.trainer import build as trainer_build
@@ -61,17 +64,42 @@ def injected_failure(stage: str) -> int | None:
     return int(step) if name == stage and step else None
 
 
+class LiveProgress:
+    """A Prefect progress artifact of a running stage, updated at every log record: the UI shows
+    step/total, the losses and pairs/s while the stage runs (outside a Prefect run: nothing)."""
+
+    def __init__(self, stage: StageConfig):
+        self.stage, self.artifact = stage, None
+
+    def __call__(self, record: dict) -> None:
+        if TaskRunContext.get() is None:
+            return
+        done = 100 * record["step"] / max(record.get("total_steps", record["step"]), 1)
+        terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", "mlm", "contrastive") if record.get(k))
+        text = (f"stage {self.stage.name}: step {record['step']}/{record.get('total_steps', '?')}; {terms}; "
+                f"{record.get('pairs_per_s', 0):.1f} pairs/s"
+                + (f"; validation NDCG@10 {record['eval']['ndcg@10']:.4f}" if "ndcg@10" in record.get("eval", {})
+                   else ""))
+        if self.artifact is None:
+            key = "train-" + re.sub(r"[^a-z0-9-]", "-", self.stage.name.lower())  # the UI's allowed characters
+            self.artifact = create_progress_artifact(done, key=key, description=text)
+        else:
+            update_progress_artifact(self.artifact, done, description=text)
+
+
 def stage_hooks(stage: StageConfig) -> Hooks:
-    """The loop's callbacks: a failure drill when ``MOSAIC_FAIL_STAGE_AT_STEP`` names this stage."""
+    """The loop's callbacks: live progress in the Prefect UI, and a failure drill when
+    ``MOSAIC_FAIL_STAGE_AT_STEP`` names this stage."""
     step = injected_failure(stage.name)
-    return Hooks(after_step=[fail_after(step)] if step is not None else [], progress=True)
+    return Hooks(on_record=LiveProgress(stage), after_step=[fail_after(step)] if step is not None else [],
+                 progress=True)
 
 
-def load_split(pairs_source: str, cfg: TrainConfig) -> tuple[PairSet, RetrievalProbe | None]:
-    """(training examples, validation retrieval): the test and validation pairs (by content hash,
-    :mod:`mosaic_core.heldout`) are kept out of training, their documents out of the training
-    pairs' hard negatives too."""
-    rows, _ = read_examples(pairs_source, cfg.query_column, cfg.document_column)
+def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig) -> tuple[PairSet, RetrievalProbe | None]:
+    """(training examples of ``stage``, validation retrieval): the test and validation pairs (by
+    content hash, :mod:`mosaic_core.heldout`) are kept out of training, their documents out of
+    the training pairs' hard negatives too."""
+    rows, _ = read_examples(pairs_source, *cfg.columns_for(stage))
     data = PairSet.of(rows)
     split = split_indices(data.pairs(), cfg.heldout_pairs, cfg.validation_pairs)
     train = data.subset(split.train)
@@ -96,7 +124,7 @@ def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cf
     fingerprint = stage_fingerprint(input_model, pairs_source, stage, cfg, out_dir)
     if processes > 1:
         return _launch(input_model, pairs_source, stage, cfg, out_dir, processes, fingerprint)
-    data, validation = load_split(pairs_source, cfg)
+    data, validation = load_split(pairs_source, cfg, stage)
     log.info("stage %s: %d training pairs, %d validation queries, from %s", stage.name, len(data),
              len(validation.queries) if validation else 0, input_model)
     result = trainer.train_stage(input_model, data, stage, Path(out_dir), validation, fingerprint, stage_hooks(stage))
@@ -137,8 +165,8 @@ def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainCo
     NDCG@10 among ``cfg.merge_weights`` and 1.0 (the end model), written to ``out_dir``; returns a
     stage-like result (``merge_weight``, every weight's validation scores in ``evals``)."""
     t0 = time.perf_counter()
-    _, validation = load_split(pairs_source, cfg)
     last = cfg.stages[-1]
+    _, validation = load_split(pairs_source, cfg, last)
     out = Path(out_dir)
     weight, scores = merge.choose_weight(start_model, end_model, validation, (*cfg.merge_weights, 1.0),
                                          out / "candidates", last.query_max_length, last.document_max_length)
@@ -150,6 +178,7 @@ def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainCo
               "merge_weight": weight, "best_step": None}
     write_stage_record(out, {"config": {"merge_weights": list(cfg.merge_weights)}, "input_model": end_model,
                              "start_model": start_model, "result": result})
+    write_card(out, render(facts(out_dir, "its domain corpus")))
     log.info("merge: weight %.2f of the last stage (validation NDCG@10 %s)", weight,
              ", ".join(f"{s['weight']:g}: {s['ndcg@10']:.4f}" for s in scores))
     return result

@@ -24,8 +24,8 @@ def main(spec_path: str) -> None:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     torch.distributed.init_process_group("nccl" if cuda else "gloo")
     try:
-        data, validation = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]))
         stage = StageConfig.model_validate(spec["stage"])
+        data, validation = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]), stage)
         hooks = stage_hooks(stage)
         hooks.progress = sys.stderr.isatty()
         train_stage(spec["input_model"], data, stage, Path(spec["out_dir"]), validation, spec["fingerprint"], hooks)

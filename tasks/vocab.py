@@ -42,7 +42,13 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     texts = corpus_texts(corpus, cfg.text_columns)
     log.info("stage 1: %d texts from %s", len(texts), corpus)
     reduce_texts = corpus_texts(cfg.reduce_to_corpus, cfg.text_columns) if cfg.reduce_to_corpus else None
-    report = vocab.build_expanded_model(texts, Path(out_dir), cfg, reduce_texts, progress=True)
+    existed = Path(out_dir).exists()
+    try:
+        report = vocab.build_expanded_model(texts, Path(out_dir), cfg, reduce_texts, progress=True)
+    except BaseException:
+        if not existed and Path(out_dir).is_dir() and not any(Path(out_dir).iterdir()):  # no empty folder left
+            Path(out_dir).rmdir()
+        raise
     return {"out_dir": out_dir, **asdict(report)}
 
 

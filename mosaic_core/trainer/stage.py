@@ -18,7 +18,8 @@ from mosaic_core.config import StageConfig
 from mosaic_core.encode import Encoder
 from mosaic_core.heldout import RetrievalProbe
 from mosaic_core.model import DualEncoder, save_model
-from mosaic_core.modeldir import copy_domain_ids, write_stage_record
+from mosaic_core.card import facts, render
+from mosaic_core.modeldir import copy_domain_ids, write_card, write_stage_record
 from mosaic_core.models import resolve_model
 from mosaic_core.trainer.build import TrainParts, build_parts
 from mosaic_core.trainer.data import PairSet
@@ -162,4 +163,5 @@ def _write_outputs(parts: TrainParts, resolved: str, input_model: str, stage: St
     copy_domain_ids(resolved, out_dir)
     write_stage_record(out_dir, {"config": stage.model_dump(mode="json"), "input_model": input_model,
                                  "fingerprint": fingerprint, "result": asdict(result)})
+    write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the saved model supersedes them

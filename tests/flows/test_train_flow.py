@@ -50,6 +50,17 @@ def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeyp
     assert joint["pairs"] == len(PAIRS) - 8 and joint["evals"][-1]["n"] == 4
     assert json.loads((out / "2-contrastive" / "stage.json").read_text())["input_model"] == str(out / "1-joint")
 
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, TaskRunFilter
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:  # live progress of each stage in the UI
+        progress = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["train-joint"])),
+                                         flow_run_filter=FlowRunFilter(), task_run_filter=TaskRunFilter(),
+                                         sort=ArtifactSort.CREATED_DESC, limit=5, offset=0)
+    assert progress and progress[0].type == "progress" and progress[0].data == 100.0
+    assert "stage joint: step 3/3" in progress[0].description
+
     again = train_flow(stage1, corpus, config(), str(out))
     assert again == [joint, contrastive]  # everything cached
     changed = train_flow(stage1, corpus, config(heldout_pairs=2), str(out))
@@ -63,3 +74,21 @@ def test_two_process_data_parallel_stage(inputs, tmp_path):
     (result,) = train_flow(stage1, corpus, cfg, str(tmp_path / "ddp"), processes=2)
     assert result["world"] == 2 and result["steps"] == 2
     assert (tmp_path / "ddp" / "1-joint" / "model.safetensors").exists()
+
+
+def test_a_stage_with_its_own_pairs_and_columns_and_mined_hard_negatives(inputs, tmp_path):
+    stage1, corpus = inputs
+    general = tmp_path / "general.jsonl"  # seed 004: general retrieval pairs with their own hard negatives
+    general.write_text("".join(json.dumps({"question": f"general question {i}", "passage": f"general passage {i}",
+                                           "negative": f"unrelated passage {i + 1}"}) + "\n" for i in range(30)))
+    common = dict(batch_size=6, max_steps=2, lr=1e-3, precision="fp32", hard_negatives=1)
+    cfg = TrainConfig(heldout_pairs=4, stages=(
+        StageConfig(name="general", kind="contrastive", pairs=str(general), query_column="question",
+                    document_column="passage", **common),
+        StageConfig(name="domain", kind="contrastive", **common)))
+    general_result, domain_result = train_flow(stage1, corpus, cfg, str(tmp_path / "run"))
+    assert general_result["pairs"] == 30 - 4 - 5 and general_result["negatives_per_pair"] == 1.0
+    assert domain_result["pairs"] == len(PAIRS) - 8 and 0 < domain_result["negatives_per_pair"] <= 1.0
+    mined = [json.loads(line) for line in (tmp_path / "run" / "hard_negatives-domain.jsonl").read_text().splitlines()]
+    assert len(mined) == len(PAIRS) and all(n != m["document"] for m in mined for n in m["negatives"])
+    assert not (tmp_path / "run" / "hard_negatives-general.jsonl").exists()  # the general file brought its own

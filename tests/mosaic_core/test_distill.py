@@ -16,7 +16,8 @@ from mosaic_core.vocab import build_expanded_model
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
 CORPUS = [f"the {t} of the patient {i} was with {u} in the cells" for i in range(8) for t in TOPICS
           for u in TOPICS[:2]]
-FAST = dict(batch_size=8, max_steps=40, eval_every=5, patience=20, lr=1e-2, heldout_texts=16, precision="fp32")
+FAST = dict(batch_size=8, max_steps=40, epochs=10, eval_every=5, patience=20, lr=1e-2, heldout_texts=16,
+            precision="fp32")
 
 
 def expand(base, out, **distill):

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Stage 1 that costs nothing (issue #16), measured on the real biomedical pairs of
+# ../shared/data/biomed with the offline MiniLM, scored on SciFact (local BEIR files) and the
+# run's held-out pairs:
+#   - selected tokens (min_count 20) with mean-of-pieces rows,
+#   - selected tokens with distilled rows (pooled target, and token-state target),
+#   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
+#     the distilled stage 1,
+#   - contrastive only from the base model, without new vocabulary, for 2·STEPS steps.
+#
+#   bash bench/stage1_comparison.sh [WORK_DIR] [STEPS] [DISTILL_STEPS]
+#
+# Defaults: STEPS 40, DISTILL_STEPS 400 (the 2-core VM's budget; on a GPU drop the caps).
+# Writes WORK_DIR/report/report.{md,html}; each stage 1's vocab_report.md has its tokens,
+# fertility, drift and the seconds each step took.
+set -euo pipefail
+WORK=${1:-mosaic-stage1}
+STEPS=${2:-40}
+DISTILL_STEPS=${3:-400}
+SKIP_STAGE1=1 source "$(dirname "$0")/real_data.sh"
+VOCAB=(mosaic vocab --corpus "$PAIRS" --columns title --columns abstract --base-model offline:all-MiniLM-L6-v2)
+
+"${VOCAB[@]}" --out "$WORK/stage1-mean" --init mean
+"${VOCAB[@]}" --out "$WORK/stage1-pooled" --distill-target pooled --distill-steps "$DISTILL_STEPS"
+"${VOCAB[@]}" --out "$WORK/stage1-tokens" --distill-target tokens --distill-steps "$DISTILL_STEPS"
+mosaic train --model "$WORK/stage1-pooled" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
+mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/contrastive-only" \
+  --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
+mosaic eval --out "$WORK/report" "${EVAL[@]}" \
+  --model base=offline:all-MiniLM-L6-v2 --model stage1-mean="$WORK/stage1-mean" \
+  --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" \
+  --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
+  --model contrastive-only="$WORK/contrastive-only/1-contrastive"

@@ -1,0 +1,72 @@
+"""The Prefect API a command talks to: the configured one, or a temporary server that cannot
+outlive the command.
+
+Prefect starts a temporary API server of its own when none is configured, as a child process
+that a ``kill -9`` of the command leaves running. Here the temporary server is started the same
+way (uvicorn serving Prefect's app on 127.0.0.1, UI off) but asks the kernel to stop it when
+its parent dies (``PR_SET_PDEATHSIG``), however the parent died.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child, between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
+    """Within the block, flows use the configured Prefect API (``PREFECT_API_URL``), else a
+    temporary server on 127.0.0.1 tied to this process; yields its URL (None: the configured)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
+        yield None
+        return
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                               "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+                              env=env, preexec_fn=_die_with_parent)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"the temporary Prefect server exited with {server.returncode}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the temporary Prefect server did not answer within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -1,0 +1,51 @@
+"""Prefect task of the run report: the pipeline's story on one page (:mod:`mosaic_core.run_report`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from mosaic_core.evaluation import TaskScore
+from mosaic_core.run_report import RunStory, headline, render
+from storage.manifest import Manifest
+
+
+def _reasons(counts: Counter) -> str:
+    return ", ".join(f"{reason} {n:,}" for reason, n in counts.most_common() if n) or "–"
+
+
+def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | None, validation: int,
+           test: int) -> list[tuple[str, int, str]]:
+    """(step, rows after it, what it dropped) from the ingest and filter manifests and the first
+    stage's result."""
+    rows = []
+    if ingested:
+        dropped = sum((Counter(m.dropped) for m in ingested), Counter())
+        rows.append(("citations parsed", sum(m.records_in for m in ingested), f"{len(ingested)} files"))
+        rows.append(("pairs after the ingest filters", sum(m.kept for m in ingested), _reasons(dropped)))
+    if filtered:
+        dropped = sum((Counter(m.dropped) for m in filtered), Counter())
+        rows.append(("latest pairs (revisions, deletions applied)", sum(m.rows_out for m in filtered), ""))
+        rows.append(("kept by the filter", sum(m.kept for m in filtered), _reasons(dropped)))
+    if stage:
+        rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"))
+    return rows
+
+
+@task(name="run-report", cache_policy=NO_CACHE)
+def run_report(story: RunStory, out_dir: str) -> dict[str, str]:
+    """Write the run report to ``out_dir`` and show its headline in the Prefect UI."""
+    paths = render(story, Path(out_dir))
+    create_markdown_artifact(key="run-report", markdown="\n".join(f"- {h}" for h in headline(story))
+                             + (f"\n\n**{story.decision['message']}**" if story.decision else ""),
+                             description=f"MOSAIC run report: {paths['html']}")
+    return {k: str(v) for k, v in paths.items()}
+
+
+def story(candidate: str, scores: dict[str, list[dict]], **rest) -> RunStory:
+    """A :class:`RunStory` from the evaluation flow's scores (dicts) and the other parts."""
+    return RunStory(candidate, "base", {m: [TaskScore(**s) for s in ss] for m, ss in scores.items()}, **rest)
