@@ -39,6 +39,14 @@ def _decision_markdown(record: dict) -> str:
                f"still published: `{record['previous'] or 'nothing yet'}`."))
 
 
+def _published_fingerprint(layout: DataLayout, published: Path) -> str | None:
+    """The fingerprint of the model a published copy was made from (its run's decision)."""
+    try:
+        return read_decision(layout, published.name).get("candidate_fingerprint")
+    except PublishError:
+        return None
+
+
 @task(name="publish-gate", cache_policy=NO_CACHE)
 def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scores: dict[str, list[dict]],
                        references: list[str], gate_tasks: list[str], tolerance_points: float, data_root: str,
@@ -52,11 +60,15 @@ def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scor
                          tolerance_points / 100)
     previous = current_model(layout)
     path = Path(resolve_model(models[candidate]))
+    fingerprint = model_fingerprint(str(path))
     published = check.passed and publish
-    record = {"run_id": run_id, "candidate": str(path), "candidate_fingerprint": model_fingerprint(str(path)),
+    same = published and previous is not None and _published_fingerprint(layout, previous) == fingerprint
+    message = check.message if publish or not check.passed else f"{check.message} (publishing is off)"
+    record = {"run_id": run_id, "candidate": str(path), "candidate_fingerprint": fingerprint,
               "published": published, "forced": False, "previous": str(previous) if previous else None,
-              "published_path": str(publish_model(layout, path, run_id)) if published else None,
-              "message": check.message if publish or not check.passed else f"{check.message} (publishing is off)",
+              "published_path": (str(previous) if same else str(publish_model(layout, path, run_id)))
+              if published else None,
+              "message": f"{message} (the same model was already published: kept as it is)" if same else message,
               "scores": by_model.get(candidate, {}), "references": {r: by_model.get(r, {}) for r in references},
               "check": check.to_dict()}
     write_decision(layout, record)

@@ -24,6 +24,11 @@ def test_a_worse_model_is_not_published_and_the_previous_one_stays(tmp_path):
     first = decide_and_publish.fn("run1", "final", models, scores(base=(0.80, 0.60), final=(0.85, 0.60)), ["base"],
                                   ["heldout", "scifact"], 0.0, root)
     assert first["published"] and current_model(DataLayout(root)) == DataLayout(root).published_models_dir / "run1"
+    rerun = decide_and_publish.fn("run1-again", "final", models, scores(base=(0.80, 0.60), final=(0.85, 0.60)),
+                                  ["base"], ["heldout", "scifact"], 0.0, root)  # a cached rerun: the same model
+    assert rerun["published"] and rerun["published_path"] == first["published_path"]
+    assert "already published" in rerun["message"]
+    assert [p.name for p in DataLayout(root).published_models_dir.iterdir()] == ["run1"]  # not copied again
     models = {**models, "final": str(bad), "published": str(current_model(DataLayout(root)))}
     second = decide_and_publish.fn("run2", "final", models,
                                    scores(base=(0.80, 0.60), final=(0.90, 0.58), published=(0.85, 0.60)),

@@ -86,3 +86,16 @@ def test_half_precision_checkpoints_load_as_float32_master_weights(tmp_path):
         model, loaded = build_model(str(path))
         assert loaded == mlm_head
         assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_model_fingerprint_follows_the_weights_not_the_card(tmp_path):
+    from mosaic_core.fingerprint import model_fingerprint
+    from mosaic_core.modeldir import MODEL_CARD
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / MODEL_CARD).write_text("# a model\n")
+    before = model_fingerprint(str(tmp_path))
+    (tmp_path / MODEL_CARD).write_text("# a model\n\nscores: 66.0\n")  # evaluation rewrites the card
+    assert model_fingerprint(str(tmp_path)) == before
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    assert model_fingerprint(str(tmp_path)) != before
