@@ -13,7 +13,6 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 from pathlib import Path  # noqa: E402
 from typing import Annotated, Optional  # noqa: E402
 
-import click  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -34,6 +33,7 @@ app = typer.Typer(
     help="Adapt a general text-embedding model to a domain: PubMed snapshots in, adapted model out.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode="markdown",  # docstring paragraphs reflow to the terminal
 )
 console = Console(stderr=True)
 
@@ -226,7 +226,7 @@ def filter_pairs(
 
 
 pairs_app = typer.Typer(help="Build candidate pairs for domains without PubMed-style metadata.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode="markdown")
 app.add_typer(pairs_app, name="pairs")
 
 
@@ -393,10 +393,12 @@ def train(
     _print_stages(results)
 
 
-def _print_stages(results: list[dict]) -> None:
+def _print_stages(results: list[dict], paths: bool = True) -> None:
+    """The stages' summary table; without ``paths`` (``mosaic run``, which names its final model)
+    it leaves out the model folders, so that it fits a terminal."""
     from flows.train import stage_rows
 
-    rows = stage_rows(results)
+    rows = [r if paths else {k: v for k, v in r.items() if k != "model"} for r in stage_rows(results)]
     table = Table(title="Training stages")
     for col in rows[0] if rows else ():
         table.add_column(col, overflow="fold")
@@ -678,7 +680,7 @@ def run(
     out = Console()
     out.print(f"consistency filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
               f"stage 1 added {result['vocab']['tokens_added']} tokens")
-    _print_stages(result["stages"])
+    _print_stages(result["stages"], paths=False)
     out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])
     out.print(f"[green]adapted model:[/green] {result['final_model']}")
     decision = result["decision"]
@@ -720,16 +722,7 @@ def main() -> None:
     runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
     try:
         with command_api() if runs_flows else contextlib.nullcontext():
-            code = app(standalone_mode=False)  # a typer.Exit comes back as its exit code
-        sys.exit(code if isinstance(code, int) else 0)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        console.print("aborted")
-        sys.exit(130)
+            app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
     except input_errors() as exc:
         if debug:
             raise

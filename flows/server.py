@@ -32,6 +32,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _send_pending(timeout_s: float = 10.0) -> None:
+    """Send the log records and events still queued for the server while it is up: Prefect's
+    workers otherwise drain at interpreter exit, into a server that is gone, retrying for a minute."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        worker.drain_all(timeout=timeout_s)
+
+
 @contextmanager
 def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     """Within the block, flows use the configured Prefect API (``PREFECT_API_URL``), else a
@@ -43,7 +53,8 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
         yield None
         return
     port = _free_port()
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
                               env=env, preexec_fn=_die_with_parent)
@@ -64,6 +75,7 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
+        _send_pending()
         server.terminate()
         try:
             server.wait(timeout=10)

@@ -33,6 +33,11 @@ def pairs(tmp_path):
     return path
 
 
+def test_an_unknown_option_is_a_usage_error(tmp_path):
+    one_clear_line(mosaic("filter", "--input", str(tmp_path), "--no-such-option"), "No such option: --no-such-option",
+                   "filter --help")
+
+
 def test_a_pairs_path_that_does_not_exist(tmp_path):
     one_clear_line(mosaic("train", "--model", "offline:all-MiniLM-L6-v2", "--pairs", str(tmp_path / "nope.jsonl"),
                           "--out", str(tmp_path / "out")), "does not exist")
