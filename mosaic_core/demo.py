@@ -319,7 +319,7 @@ def _with_md5(files: dict[str, bytes]) -> dict[str, bytes]:
     return out
 
 
-def make_demo(seed: int = 0, explained: int = 8, twins: int = 3, fillers: int = 300) -> DemoData:
+def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 150) -> DemoData:
     """The demo snapshot and task for ``seed`` (deterministic): per word ``explained`` explained
     citations and ``twins`` twin studies with each of its organ's other two words."""
     rng = random.Random(f"demo-{seed}")

@@ -134,7 +134,9 @@ class StepLoop:
         return {k: v.pin_memory() for k, v in batch.items()} if p.device.type == "cuda" else batch
 
     def evaluate(self, state: TrainState) -> dict | None:
-        """Validation retrieval (rank 0); keeps the best model when the stage does (ties: the later)."""
+        """Validation retrieval (rank 0). A stage that keeps its best model keeps the latest one
+        within ``best_tolerance`` of the top score so far: a difference the validation set cannot
+        resolve is a tie, and a tie goes to the later, more trained model."""
         if self.hooks.evaluate is None or self.parts.rank != 0:
             return None
         metrics = {"step": state.step, **self.hooks.evaluate(self.parts.model)}
@@ -142,9 +144,13 @@ class StepLoop:
         log.info("stage %s step %d: validation %s", self.stage.name, state.step,
                  ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("step", "n")))
         score = metrics.get(SELECT_METRIC)
-        if keeps_best(self.stage) and score is not None and (state.best is None or score >= state.best.score):
-            state.best = Best(state.step, score)
-            save_best(self.ckpt_dir, self.parts, state.best)
+        if keeps_best(self.stage) and score is not None:
+            top = score if state.best is None else max(state.best.top, score)
+            if score >= top - self.stage.best_tolerance:  # a tie, within the tolerance: the later model
+                state.best = Best(state.step, score, top)
+                save_best(self.ckpt_dir, self.parts, state.best)
+            else:
+                state.best.top = top
         return metrics
 
     def write(self, record: dict) -> None:

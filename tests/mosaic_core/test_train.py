@@ -302,6 +302,14 @@ def test_ties_go_to_the_later_step_and_the_input_model_can_win(stage1, tmp_path)
     flat = dict(schedule="constant", warmup_ratio=0.0, eval_every=2, max_steps=4)
     tied = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "tied", hooks=scripted(0.1, 0.5, 0.5))
     assert tied.best_step == 4
+    # Within best_tolerance (0.005) of the top score is a tie too, judged against the top, not the kept one.
+    near = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "near", hooks=scripted(0.1, 0.5, 0.496))
+    assert near.best_step == 4
+    below = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "below", hooks=scripted(0.5, 0.497, 0.494))
+    assert below.best_step == 2  # 0.494 is within 0.005 of the kept 0.497 but not of the top 0.5
+    strict = train_stage(str(stage1), PAIRS, stage(best_tolerance=0.0, **flat), tmp_path / "strict",
+                         hooks=scripted(0.1, 0.5, 0.496))
+    assert strict.best_step == 2
     kept_input = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "input", hooks=scripted(0.9, 0.5, 0.3))
     assert kept_input.best_step == 0
     a, b = weights(stage1), weights(tmp_path / "input")
