@@ -37,6 +37,10 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     root = Path(__file__).resolve().parents[2]
     cfg = PipelineConfig.load(yaml.safe_load((root / "docs" / "pipeline.example.yaml").read_text()))
     assert [s.name for s in cfg.train.stages] == ["joint", "contrastive"] and cfg.vocab.base_model == cfg.base_model
+    multistage = PipelineConfig.load(yaml.safe_load((root / "docs" / "multistage.example.yaml").read_text()))
+    general, joint, _ = multistage.train.stages
+    assert general.pairs and multistage.train.columns_for(general) == ("query", "positive")
+    assert multistage.train.columns_for(joint) == ("query", "document")  # the run's pairs and columns
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  stages:\n    - {name: joint, kind: jiont}\n")
     result = CliRunner().invoke(app, ["run", "--config", str(bad), "-d", str(tmp_path / "r")])
