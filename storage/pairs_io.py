@@ -128,7 +128,7 @@ def _root_pairs(path: Path) -> list[tuple[str, str]]:
 
 
 def _usable(text: object) -> bool:
-    return isinstance(text, str) and bool(text.strip())
+    return unusable_reason("text", text) is None
 
 
 NEGATIVE_COLUMNS = ("negatives", "negative", *(f"negative_{i}" for i in range(2, 33)))

@@ -145,12 +145,10 @@ class StepLoop:
                  ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("step", "n")))
         score = metrics.get(SELECT_METRIC)
         if keeps_best(self.stage) and score is not None:
-            top = score if state.best is None else max(state.best.top, score)
+            top = max(e[SELECT_METRIC] for e in state.evals if SELECT_METRIC in e)
             if score >= top - self.stage.best_tolerance:  # a tie, within the tolerance: the later model
-                state.best = Best(state.step, score, top)
+                state.best = Best(state.step, score)
                 save_best(self.ckpt_dir, self.parts, state.best)
-            else:
-                state.best.top = top
         return metrics
 
     def write(self, record: dict) -> None:

@@ -27,12 +27,11 @@ BEST_DIR, BEST_FILE = "best", "model.pt"
 
 @dataclass
 class Best:
-    """The kept evaluation so far: its step and score, and the top score seen (by the metric the
-    stage keeps its best model on; see :func:`mosaic_core.trainer.loop.StepLoop.evaluate`)."""
+    """The kept evaluation so far: its step and score (by the metric the stage keeps its best
+    model on; see :func:`mosaic_core.trainer.loop.StepLoop.evaluate`)."""
 
     step: int
     score: float
-    top: float
 
 
 @dataclass
@@ -70,11 +69,10 @@ def save_state(ckpt_dir: Path, parts: TrainParts, state: TrainState, fingerprint
     tmp = ckpt_dir / f".tmp-step-{state.step}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    best = None if state.best is None else [state.best.step, state.best.score, state.best.top]
     torch.save({"fingerprint": fingerprint, "step": state.step, "model": parts.model.state_dict(),
                 "optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
-                "rng": _rng_state(), "window": _plain(state.window), "evals": state.evals, "best": best},
-               tmp / STATE_FILE)
+                "rng": _rng_state(), "window": _plain(state.window), "evals": state.evals,
+                "best": None if state.best is None else [state.best.step, state.best.score]}, tmp / STATE_FILE)
     final = ckpt_dir / f"step-{state.step:08d}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
