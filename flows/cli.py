@@ -21,6 +21,7 @@ from mosaic_core.config import (  # noqa: E402
     NCBI_PUBMED_URL,
     FilterConfig,
     IngestConfig,
+    IslamicConfig,
     PairConfig,
     TrainConfig,
     VocabConfig,
@@ -246,7 +247,7 @@ def pairs_islamic(
     """
     from flows.corpora import islamic_pairs_flow
 
-    cfg = FilterConfig(model=_model(model), mode="threshold", threshold=threshold, query_max_length=256)
+    cfg = IslamicConfig(quran=str(quran), tafsir=str(tafsir), threshold=threshold).filter_config(_model(model))
     result = islamic_pairs_flow(str(quran), str(tafsir), cfg, _folder(data_root))
     stats, manifest = result["stats"], result["manifest"]
     out = Console()
@@ -283,6 +284,7 @@ def vocab(
     distill_target: Annotated[str, typer.Option(help="Distillation target: pooled, tokens or both.")] = "pooled",
     distill_steps: Annotated[Optional[int], typer.Option(help="Distillation steps at most (default: its epochs; "
                                                          "held-out texts stop it earlier).")] = None,
+    distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = 1e-3,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
@@ -309,7 +311,7 @@ def vocab(
     try:
         cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
                           min_count=min_count, max_tokens=max_tokens, init=init,
-                          distill={"target": distill_target, "max_steps": distill_steps},
+                          distill={"target": distill_target, "max_steps": distill_steps, "lr": distill_lr},
                           text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -671,6 +673,10 @@ def run(
     if cfg is not None:
         _model(cfg.base_model)
         _model(cfg.filter.model)
+        for name, path in (("quran", cfg.islamic.quran), ("tafsir", cfg.islamic.tafsir)) if cfg.islamic else ():
+            if not Path(path).is_file():
+                raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
+                                   "directory you run mosaic from)")
     try:
         result = mosaic_pipeline(cfg, str(root)) if cfg is not None else demo_flow(str(root), seed)
     except IngestFailed as exc:
@@ -678,7 +684,7 @@ def run(
         console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
         raise typer.Exit(1) from exc
     out = Console()
-    out.print(f"consistency filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
+    out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
               f"stage 1 added {result['vocab']['tokens_added']} tokens")
     _print_stages(result["stages"], paths=False)
     out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])

@@ -1,4 +1,5 @@
-"""``mosaic_pipeline``: the parent flow — ingest → filter → vocab → train stages → evaluation.
+"""``mosaic_pipeline``: the parent flow — ingest → filter → vocab → train stages → evaluation
+(for the Islamic source: Tafsir-linked verse pairs → threshold filter → the same).
 
 Each step is a subflow whose tasks cache their persisted results (keyed as the stage flows
 describe), so a rerun of the same configuration redoes only what changed or failed, and a
@@ -14,13 +15,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
+from flows.corpora import islamic_pairs_flow
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
 from flows.ingest import ingest_flow
 from flows.runners import task_runner
 from flows.train import train_flow
 from flows.vocab import vocab_flow
-from mosaic_core.config import EvalConfig, EvalTaskSpec, PipelineConfig
+from mosaic_core.config import EvalConfig, PipelineConfig
 from tasks.evaluate import write_model_cards
 from tasks.publish import decide_and_publish, published_model
 from tasks.report import funnel, run_report, story
@@ -33,21 +35,24 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     (``data_root/models/current``) only if the publish gate passes: not worse than the base
     model, nor than the model published now, on the gate tasks."""
     root = Path(data_root)
-    ingested = ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root)
-    filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-        data_root, cfg.filter, data_root)
+    if cfg.islamic is not None:
+        pairs = islamic_pairs_flow(cfg.islamic.quran, cfg.islamic.tafsir, cfg.islamic.filter_config(cfg.filter.model),
+                                   data_root)
+        ingested, filtered = [], [pairs["manifest"]]
+    else:
+        ingested = ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+            cfg.ingest, data_root)
+        filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+            data_root, cfg.filter, data_root)
     stage1 = str(root / "models" / "stage1")
     vocab = vocab_flow(data_root, cfg.vocab, stage1)
     stages = train_flow(stage1, data_root, cfg.train, str(root / "models"))
-    heldout = EvalTaskSpec(kind="heldout", name="heldout", path=data_root, heldout_pairs=cfg.train.heldout_pairs,
-                           pool=cfg.eval_pool, query_column=cfg.train.query_column,
-                           document_column=cfg.train.document_column,
-                           description="finding a held-out article's abstract from its title, among other abstracts")
+    tasks = cfg.eval_specs(data_root)
     final = stages[-1]["stage"]
     published = published_model(data_root)
     models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages},
               **({"published": published} if published else {})}
-    report = eval_flow(models, EvalConfig(tasks=(heldout, *cfg.eval_tasks)), str(root / "report"), data_root)
+    report = eval_flow(models, EvalConfig(tasks=tasks), str(root / "report"), data_root)
     write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain)
     decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
                                   ["base", *(["published"] if published else [])], cfg.gate_tasks(),
@@ -55,7 +60,7 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     report_paths = run_report(story(
         final, report["scores"], decision=decision, vocab=vocab, stages=stages,
         funnel=funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs),
-        task_words={t.name: t.description for t in (heldout, *cfg.eval_tasks) if t.description},
+        task_words={t.name: t.description for t in tasks if t.description},
         metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()}),
         str(root / "report"))
     kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)

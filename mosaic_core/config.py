@@ -335,6 +335,20 @@ class GateConfig(_Frozen):
         None, description="Gate tasks by name; default: the held-out pairs and every task in eval_tasks.")
 
 
+class IslamicConfig(_Frozen):
+    """The low-resource domain's source: Qur'an verse pairs linked by Tafsir cross-references
+    (``mosaic_core.islamic``), kept at a cosine threshold, in place of PubMed ingest and the
+    consistency filter; the run is also scored on the held-out verse-to-verse task."""
+
+    quran: str = Field(..., description="Sahih International translation, 'sura|aya|text' lines.")
+    tafsir: str = Field(..., description="Tafsir Ibn Kathir blocks, JSONL {id, surah, ayah_start, ayah_end, text}.")
+    threshold: float = Field(0.5, description="Keep a verse pair when the filter model's cosine is at least this.")
+
+    def filter_config(self, model: str) -> FilterConfig:
+        """How the candidates are scored: threshold mode, and verses are long queries."""
+        return FilterConfig(model=model, mode="threshold", threshold=self.threshold, query_max_length=256)
+
+
 class PipelineConfig(_Frozen):
     """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
     (every section, every cross-field rule) before any work starts."""
@@ -342,6 +356,9 @@ class PipelineConfig(_Frozen):
     base_model: str = Field("thenlper/gte-base", description="Model to adapt (stage 1 expands it).")
     domain: str = Field("biomedicine", min_length=1, description="The domain, as the model cards name it.")
     ingest: IngestConfig = IngestConfig()
+    islamic: IslamicConfig | None = Field(
+        None, description="Build the pairs from the Qur'an and Tafsir instead of ingesting PubMed (ingest unused; "
+        "filter.model scores the pairs).")
     filter: FilterConfig = FilterConfig()
     vocab: VocabConfig = VocabConfig()
     train: TrainConfig = TrainConfig()
@@ -366,8 +383,26 @@ class PipelineConfig(_Frozen):
         return self
 
     def evaluated_tasks(self) -> list[str]:
-        """Every task a pipeline run scores: its held-out pairs, then ``eval_tasks``."""
-        return ["heldout", *(t.name for t in self.eval_tasks)]
+        """Every task a pipeline run scores: its held-out pairs (and verses, for the Islamic
+        source), then ``eval_tasks``."""
+        return ["heldout", *(["verses"] if self.islamic else []), *(t.name for t in self.eval_tasks)]
+
+    def eval_specs(self, data_root: str) -> tuple[EvalTaskSpec, ...]:
+        """The tasks of :meth:`evaluated_tasks` for a run whose pairs live in ``data_root``."""
+        pairs = {"path": data_root, "heldout_pairs": self.train.heldout_pairs, "query_column": self.train.query_column,
+                 "document_column": self.train.document_column}
+        if self.islamic is None:
+            own = [EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
+                                description="finding a held-out article's abstract from its title, among other "
+                                "abstracts")]
+        else:
+            own = [EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
+                                description="finding a held-out verse's Tafsir-linked verse among the verses of the "
+                                "pairs"),
+                   EvalTaskSpec(kind="verses", name="verses", collection=self.islamic.quran, **pairs,
+                                description="finding the verses a held-out verse's Tafsir commentary cites, among "
+                                "every verse of the Qur'an")]
+        return (*own, *self.eval_tasks)
 
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""

@@ -41,6 +41,9 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     general, joint, _ = multistage.train.stages
     assert general.pairs and multistage.train.columns_for(general) == ("query", "positive")
     assert multistage.train.columns_for(joint) == ("query", "document")  # the run's pairs and columns
+    islamic = PipelineConfig.load(yaml.safe_load((root / "docs" / "islamic.example.yaml").read_text()))
+    assert islamic.islamic.threshold == 0.5 and islamic.gate_tasks() == ["heldout", "verses"]
+    assert [t.kind for t in islamic.eval_specs("/data")] == ["heldout", "verses"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  stages:\n    - {name: joint, kind: jiont}\n")
     result = CliRunner().invoke(app, ["run", "--config", str(bad), "-d", str(tmp_path / "r")])
