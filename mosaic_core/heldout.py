@@ -69,11 +69,15 @@ def retrieval_data(train: Sequence[Pair], heldout: Sequence[Pair], pool: int = 1
     return corpus, queries, qrels
 
 
+SELECT_METRIC = "ndcg@10"
+"""The validation metric a stage keeps its best model on, and the merge step its weight."""
+
+
 def rank_metrics(ranks: torch.Tensor) -> dict[str, float]:
     """NDCG@10, MRR and recall@1 from the 1-based rank of each query's one relevant document."""
     ranks = ranks.double()
     ndcg = torch.where(ranks <= 10, 1.0 / torch.log2(ranks + 1), torch.zeros_like(ranks))
-    return {"ndcg@10": float(ndcg.mean()), "mrr": float((1.0 / ranks).mean()),
+    return {SELECT_METRIC: float(ndcg.mean()), "mrr": float((1.0 / ranks).mean()),
             "recall@1": float((ranks == 1).double().mean()), "n": len(ranks)}
 
 

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModel
 
 from mosaic_core.encode import Encoder
-from mosaic_core.heldout import RetrievalProbe
+from mosaic_core.heldout import SELECT_METRIC, RetrievalProbe
 from mosaic_core.model import build_model, save_model
 from mosaic_core.modeldir import copy_domain_ids
 
@@ -65,6 +65,6 @@ def choose_weight(start_dir: str, end_dir: str, probe: RetrievalProbe, weights: 
     for w in sorted(set(weights)):
         path = end_dir if w == 1.0 else str(merge_models(start_dir, end_dir, w, Path(work_dir) / f"w{w:g}"))
         scores.append({"weight": w, **validation_score(path, probe, query_length, document_length)})
-        log.info("merge weight %.2f: validation NDCG@10 %.4f", w, scores[-1]["ndcg@10"])
-    best = max(scores, key=lambda s: (s["ndcg@10"], s["weight"]))
+        log.info("merge weight %.2f: validation NDCG@10 %.4f", w, scores[-1][SELECT_METRIC])
+    best = max(scores, key=lambda s: (s[SELECT_METRIC], s["weight"]))
     return best["weight"], scores

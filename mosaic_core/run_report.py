@@ -18,6 +18,7 @@ from pathlib import Path
 import markdown
 
 from mosaic_core.evaluation import TaskScore
+from mosaic_core.heldout import SELECT_METRIC
 from mosaic_core.report import bar_chart, box_plot, grid, plt
 
 
@@ -85,7 +86,7 @@ def training_curves(stages: list[dict], out_dir: Path) -> list[Path]:
                 ax.plot(*zip(*points, strict=True), label=term)
         ax.set_xlabel("step")
         ax.set_ylabel("loss (mean of the log window)")
-        evals = [(e["step"], e["ndcg@10"]) for e in s.get("evals", []) if "ndcg@10" in e]
+        evals = [(e["step"], e[SELECT_METRIC]) for e in s.get("evals", []) if SELECT_METRIC in e]
         if evals:
             ax2 = ax.twinx()
             ax2.plot(*zip(*evals, strict=True), "o--", color="black", label="validation NDCG@10")

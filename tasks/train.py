@@ -27,7 +27,7 @@ from prefect.context import TaskRunContext
 from mosaic_core import gradcache, heldout, losses, merge, model, trainer
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.heldout import RetrievalProbe, split_indices
+from mosaic_core.heldout import SELECT_METRIC, RetrievalProbe, split_indices
 from mosaic_core.card import facts, render
 from mosaic_core.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
 from mosaic_core.models import resolve_model
@@ -76,10 +76,10 @@ class LiveProgress:
             return
         done = 100 * record["step"] / max(record.get("total_steps", record["step"]), 1)
         terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", "mlm", "contrastive") if record.get(k))
+        score = record.get("eval", {}).get(SELECT_METRIC)
         text = (f"stage {self.stage.name}: step {record['step']}/{record.get('total_steps', '?')}; {terms}; "
                 f"{record.get('pairs_per_s', 0):.1f} pairs/s"
-                + (f"; validation NDCG@10 {record['eval']['ndcg@10']:.4f}" if "ndcg@10" in record.get("eval", {})
-                   else ""))
+                + (f"; validation NDCG@10 {score:.4f}" if score is not None else ""))
         if self.artifact is None:
             key = "train-" + re.sub(r"[^a-z0-9-]", "-", self.stage.name.lower())  # the UI's allowed characters
             self.artifact = create_progress_artifact(done, key=key, description=text)
