@@ -30,6 +30,7 @@ mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --ou
   --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
 mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model base=offline:all-MiniLM-L6-v2 --model stage1-mean="$WORK/stage1-mean" \
-  --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" --model stage1-mc50="$WORK/stage1-mc50" \
+  --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" \
+  --model stage1-mc50="$WORK/stage1-mc50" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model contrastive-only="$WORK/contrastive-only/1-contrastive"

@@ -385,24 +385,20 @@ class PipelineConfig(_Frozen):
     def evaluated_tasks(self) -> list[str]:
         """Every task a pipeline run scores: its held-out pairs (and verses, for the Islamic
         source), then ``eval_tasks``."""
-        return ["heldout", *(["verses"] if self.islamic else []), *(t.name for t in self.eval_tasks)]
+        return [t.name for t in self.eval_specs(".")]
 
     def eval_specs(self, data_root: str) -> tuple[EvalTaskSpec, ...]:
         """The tasks of :meth:`evaluated_tasks` for a run whose pairs live in ``data_root``."""
         pairs = {"path": data_root, "heldout_pairs": self.train.heldout_pairs, "query_column": self.train.query_column,
                  "document_column": self.train.document_column}
-        if self.islamic is None:
-            own = [EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
-                                description="finding a held-out article's abstract from its title, among other "
-                                "abstracts")]
-        else:
-            own = [EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
-                                description="finding a held-out verse's Tafsir-linked verse among the verses of the "
-                                "pairs"),
-                   EvalTaskSpec(kind="verses", name="verses", collection=self.islamic.quran, **pairs,
-                                description="finding the verses a held-out verse's Tafsir commentary cites, among "
-                                "every verse of the Qur'an")]
-        return (*own, *self.eval_tasks)
+        heldout = EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs, description=(
+            "finding a held-out article's abstract from its title, among other abstracts" if self.islamic is None
+            else "finding a held-out verse's Tafsir-linked verse among the verses of the pairs"))
+        verses = () if self.islamic is None else (EvalTaskSpec(
+            kind="verses", name="verses", collection=self.islamic.quran, **pairs,
+            description="finding the verses a held-out verse's Tafsir commentary cites, among every verse of the "
+            "Qur'an"),)
+        return (heldout, *verses, *self.eval_tasks)
 
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""
