@@ -14,18 +14,25 @@ A batch that is one chunk takes one plain forward and backward pass instead (sam
 no extra no-grad forward).
 
 The parameter gradients equal those of one big-batch step (to float tolerance); peak memory
-is that of one chunk plus the ``[B, d]`` embeddings. Loss components come back as detached
-0-d tensors: nothing here waits for the device (the trainer reads them when it logs).
+is that of one chunk plus the ``[B, d]`` embeddings. Every graph comes from one call of the
+model (``DualEncoder.forward``), so under DistributedDataParallel every backward pass but the
+last of a step runs in ``no_sync`` and the last one reduces the step's gradients across ranks.
+Loss components come back as detached 0-d tensors: nothing here waits for the device (the
+trainer reads them when it logs).
 """
 
 from __future__ import annotations
 
-import torch
+from contextlib import nullcontext
 
-from mosaic_core.losses import IGNORE, JointLoss, domain_mlm_loss, full_mlm_loss
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from mosaic_core.losses import IGNORE, JointLoss
 from mosaic_core.model import DualEncoder
 
 Losses = dict[str, torch.Tensor]
+Model = DualEncoder | DistributedDataParallel
 
 
 def _rng_state(device: torch.device) -> tuple:
@@ -39,14 +46,17 @@ def _set_rng_state(state: tuple, device: torch.device) -> None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-def _mlm(model: DualEncoder, states: torch.Tensor, targets: torch.Tensor, domain_ids: torch.Tensor | None):
-    if domain_ids is None:
-        return full_mlm_loss(states, targets, model.embeddings, model.head.bias)
-    return domain_mlm_loss(states, targets, model.embeddings, domain_ids, model.head.bias)
-
-
 def _spans(n: int, chunk_size: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
+
+
+def unwrap(model: Model) -> DualEncoder:
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _sync(model: Model, sync: bool):
+    """Gradient reduction across ranks for the pass run inside (DDP's ``no_sync`` otherwise)."""
+    return model.no_sync() if isinstance(model, DistributedDataParallel) and not sync else nullcontext()
 
 
 def _embed_chunks(model: DualEncoder, ids: torch.Tensor, mask: torch.Tensor, spans, rng: list | None):
@@ -60,87 +70,83 @@ def _embed_chunks(model: DualEncoder, ids: torch.Tensor, mask: torch.Tensor, spa
 
 
 def joint_backward(
-    model: DualEncoder,
+    model: Model,
     batch: dict[str, torch.Tensor],
     loss_fn: JointLoss,
     domain_ids: torch.Tensor | None,
     chunk_size: int,
     use_mlm: bool = True,
+    sync: bool = True,
 ) -> Losses:
     """Accumulate into ``.grad`` the gradients of ``loss_fn`` on the whole ``batch`` (keys from
     :class:`~mosaic_core.model.PairCollator`; ``neg_ids``/``neg_mask`` add hard-negative
     columns), ``chunk_size`` pairs at a time.
 
     ``domain_ids`` None means all-token MLM; ``use_mlm`` False is the contrastive-only stage.
-    Returns the loss components as detached 0-d tensors.
+    ``sync`` False keeps a DDP model from reducing gradients (an accumulation micro-batch that
+    is not the step's last). Returns the loss components as detached 0-d tensors.
     """
     n = batch["query_ids"].shape[0]
     negatives = "neg_ids" in batch
+    labels = batch["labels"] if use_mlm else None
     if chunk_size >= n and (not negatives or chunk_size >= batch["neg_ids"].shape[0]):
-        return _plain_backward(model, batch, loss_fn, domain_ids, use_mlm)
+        with _sync(model, sync):
+            texts = {"query": (batch["query_ids"], batch["query_mask"]), "docs": (batch["doc_ids"], batch["doc_mask"])}
+            if negatives:
+                texts["negatives"] = (batch["neg_ids"], batch["neg_mask"])
+            out = model(texts, labels, domain_ids)
+            terms = loss_fn(out["query"], out["docs"], out.get("mlm"), out.get("negatives"))
+            terms["total"].backward()
+        return {k: v.detach() for k, v in terms.items()}
     spans = _spans(n, chunk_size)
-    n_masked = int((batch["labels"] != IGNORE).sum()) if use_mlm else 0
+    n_masked = int((labels != IGNORE).sum()) if use_mlm else 0
     rng: list = []
     with torch.no_grad():
-        q_all = _embed_chunks(model, batch["query_ids"], batch["query_mask"], spans, rng)
-        d_all = _embed_chunks(model, batch["doc_ids"], batch["doc_mask"], spans, None)
+        q_all = _embed_chunks(unwrap(model), batch["query_ids"], batch["query_mask"], spans, rng)
+        d_all = _embed_chunks(unwrap(model), batch["doc_ids"], batch["doc_mask"], spans, None)
         neg_spans = _spans(batch["neg_ids"].shape[0], chunk_size) if negatives else []
         neg_rng: list = []
-        n_all = _embed_chunks(model, batch["neg_ids"], batch["neg_mask"], neg_spans, neg_rng) if negatives else None
+        n_all = (_embed_chunks(unwrap(model), batch["neg_ids"], batch["neg_mask"], neg_spans, neg_rng)
+                 if negatives else None)
     contrastive = loss_fn(q_all, d_all, None, n_all)["contrastive"]
     contrastive.backward()
     mlm_total = contrastive.new_zeros(())
-    for (lo, hi), state in zip(spans, rng, strict=True):
+    passes = len(spans) + len(neg_spans)
+    for i, ((lo, hi), state) in enumerate(zip(spans, rng, strict=True)):
         _set_rng_state(state, q_all.device)
-        q = model.embed(batch["query_ids"][lo:hi], batch["query_mask"][lo:hi])
-        surrogate = (q * q_all.grad[lo:hi]).sum()
-        if use_mlm:
-            d, states, targets = model.forward_docs(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi],
-                                                    batch["labels"][lo:hi])
-            if len(targets):
+        with _sync(model, sync and i == passes - 1):
+            out = model({"query": (batch["query_ids"][lo:hi], batch["query_mask"][lo:hi]),
+                         "docs": (batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi])},
+                        labels[lo:hi] if use_mlm else None, domain_ids)
+            surrogate = (out["query"] * q_all.grad[lo:hi]).sum() + (out["docs"] * d_all.grad[lo:hi]).sum()
+            if use_mlm:
                 # The chunk's share of the mean over all masked tokens of the big batch.
-                mlm = _mlm(model, states, targets, domain_ids) * (len(targets) / n_masked)
+                mlm = out["mlm"] * (out["masked"] / max(n_masked, 1))
                 surrogate = surrogate + loss_fn.alpha * mlm
                 mlm_total = mlm_total + mlm.detach()
-        else:
-            d = model.embed(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi])
-        (surrogate + (d * d_all.grad[lo:hi]).sum()).backward()
-    for (lo, hi), state in zip(neg_spans, neg_rng, strict=True):
+            surrogate.backward()
+    for i, ((lo, hi), state) in enumerate(zip(neg_spans, neg_rng, strict=True), start=len(spans)):
         _set_rng_state(state, q_all.device)
-        (model.embed(batch["neg_ids"][lo:hi], batch["neg_mask"][lo:hi]) * n_all.grad[lo:hi]).sum().backward()
+        with _sync(model, sync and i == passes - 1):
+            out = model({"negatives": (batch["neg_ids"][lo:hi], batch["neg_mask"][lo:hi])})
+            (out["negatives"] * n_all.grad[lo:hi]).sum().backward()
     contrastive = contrastive.detach()
     return {"contrastive": contrastive, "mlm": mlm_total, "total": contrastive + loss_fn.alpha * mlm_total}
 
 
-def _plain_backward(model: DualEncoder, batch: dict[str, torch.Tensor], loss_fn: JointLoss,
-                    domain_ids: torch.Tensor | None, use_mlm: bool) -> Losses:
-    """The whole batch in one forward and one backward pass."""
-    q = model.embed(batch["query_ids"], batch["query_mask"])
-    mlm = None
-    if use_mlm:
-        d, states, targets = model.forward_docs(batch["doc_ids"], batch["doc_mask"], batch["labels"])
-        if len(targets):
-            mlm = _mlm(model, states, targets, domain_ids)
-    else:
-        d = model.embed(batch["doc_ids"], batch["doc_mask"])
-    negatives = model.embed(batch["neg_ids"], batch["neg_mask"]) if "neg_ids" in batch else None
-    out = loss_fn(q, d, mlm, negatives)
-    out["total"].backward()
-    return {k: v.detach() for k, v in out.items()}
-
-
-def mlm_backward(model: DualEncoder, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
-                 chunk_size: int) -> Losses:
+def mlm_backward(model: Model, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
+                 chunk_size: int, sync: bool = True) -> Losses:
     """Accumulate the gradients of the MLM loss alone (the warm-up stage) on masked documents,
     ``chunk_size`` documents per forward pass; the mean is over all masked tokens of the batch."""
     n = batch["doc_ids"].shape[0]
     n_masked = int((batch["labels"] != IGNORE).sum())
     total = torch.zeros((), device=batch["doc_ids"].device)
-    for lo, hi in _spans(n, chunk_size):
-        _, states, targets = model.forward_docs(batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi],
-                                                batch["labels"][lo:hi])
-        if len(targets):
-            loss = _mlm(model, states, targets, domain_ids) * (len(targets) / n_masked)
-            loss.backward()
+    spans = _spans(n, chunk_size)
+    for i, (lo, hi) in enumerate(spans):
+        with _sync(model, sync and i == len(spans) - 1):
+            out = model({"docs": (batch["doc_ids"][lo:hi], batch["doc_mask"][lo:hi])}, batch["labels"][lo:hi],
+                        domain_ids)
+            loss = out["mlm"] * (out["masked"] / max(n_masked, 1))
+            loss.backward()  # also with nothing masked: a reducing pass must run on every rank
             total = total + loss.detach()
     return {"contrastive": torch.zeros_like(total), "mlm": total, "total": total}

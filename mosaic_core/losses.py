@@ -15,14 +15,15 @@ IGNORE = -100
 
 
 def _gather_with_grad(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """All ranks' ``x`` concatenated (the local shard keeps its gradient) and this rank's offset."""
+    """All ranks' ``x`` concatenated, and this rank's offset. The gather is differentiable: each
+    rank's loss sends gradient to every rank's shard, so the step's gradient, averaged over
+    ranks, is that of the whole batch on one process."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return x, 0
-    world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
-    parts = [torch.empty_like(x) for _ in range(world)]
-    torch.distributed.all_gather(parts, x.contiguous())
-    parts[rank] = x
-    return torch.cat(parts), rank * x.shape[0]
+    from torch.distributed.nn.functional import all_gather  # imported only where ranks exist
+
+    parts = all_gather(x.contiguous())
+    return torch.cat(parts), torch.distributed.get_rank() * x.shape[0]
 
 
 def info_nce(
@@ -35,12 +36,14 @@ def info_nce(
     """InfoNCE over in-batch negatives (eq. 4) on L2-normalised embeddings.
 
     ``queries``, ``docs``: ``[B, d]``, row i of each forms a positive pair; ``hard_negatives``
-    ``[B', d]`` are extra columns for every query. ``scale`` is the fixed logit scale (1/τ;
-    the authors used 50). ``symmetric`` averages the query→doc and doc→query directions.
+    ``[B', d]`` are extra columns for every query (of this rank, under ``torch.distributed``).
+    ``scale`` is the fixed logit scale (1/τ; the authors used 50). ``symmetric`` averages the
+    query→doc and doc→query directions.
     """
     q = F.normalize(queries.float(), dim=-1)
     d = F.normalize(docs.float(), dim=-1)
     d_all, offset = _gather_with_grad(d)
+    # Hard negatives stay on their rank (a rank's share can be any size, even none).
     columns = d_all if hard_negatives is None else torch.cat([d_all, F.normalize(hard_negatives.float(), dim=-1)])
     labels = torch.arange(q.shape[0], device=q.device) + offset
     loss = F.cross_entropy(scale * q @ columns.T, labels)

@@ -21,7 +21,7 @@ from transformers import AutoModel, PreTrainedTokenizerBase
 from transformers.activations import ACT2FN
 
 from mosaic_core.encode import Pooling, pool, read_st_pooling
-from mosaic_core.losses import IGNORE, mask_tokens
+from mosaic_core.losses import IGNORE, domain_mlm_loss, full_mlm_loss, mask_tokens
 from mosaic_core.modeldir import load_head, save_head
 from mosaic_core.models import resolve_model
 
@@ -47,7 +47,7 @@ class MLMHead(nn.Module):
 class DualEncoder(nn.Module):
     """Encoder + pooling (+ MLM head). ``embed`` for queries; ``forward_docs`` for masked
     documents, returning the pooled embedding and the transformed states at masked positions
-    from one forward pass."""
+    from one forward pass; ``forward`` for a training pass (everything one backward needs)."""
 
     def __init__(self, encoder: nn.Module, pooling: Pooling, head: MLMHead | None):
         super().__init__()
@@ -61,6 +61,30 @@ class DualEncoder(nn.Module):
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return pool(hidden, attention_mask, self.pooling)
+
+    def forward(self, texts: dict[str, tuple[torch.Tensor, torch.Tensor]], labels: torch.Tensor | None = None,
+                domain_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One training pass — the unit a backward pass (and DistributedDataParallel's gradient
+        reduction) covers: the pooled embedding of each named ``(ids, mask)`` of ``texts``. With
+        ``labels`` (masked positions of ``texts["docs"]``) also ``"mlm"``, the masked-token loss
+        (over V_D with ``domain_ids``, else over the whole vocabulary; a zero still tied to the
+        head when nothing is masked), and ``"masked"``, the number of masked tokens."""
+        out: dict = {}
+        for name, (ids, mask) in texts.items():
+            if name == "docs" and labels is not None:
+                out[name], states, targets = self.forward_docs(ids, mask, labels)
+                out["masked"] = len(targets)
+                out["mlm"] = self.mlm_loss(states, targets, domain_ids)
+            else:
+                out[name] = self.embed(ids, mask)
+        return out
+
+    def mlm_loss(self, states: torch.Tensor, targets: torch.Tensor, domain_ids: torch.Tensor | None) -> torch.Tensor:
+        """The MLM loss of transformed ``states`` against ``targets``: domain-restricted (eq. 5)
+        with ``domain_ids``, over the whole vocabulary without."""
+        if domain_ids is None:
+            return full_mlm_loss(states, targets, self.embeddings, self.head.bias)
+        return domain_mlm_loss(states, targets, self.embeddings, domain_ids, self.head.bias)
 
     def forward_docs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                      labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

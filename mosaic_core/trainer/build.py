@@ -146,10 +146,22 @@ class TrainParts:
     total: int
     rank: int
     world: int
+    net: torch.nn.Module  # what training passes run through: ``model``, or DDP around it on several ranks
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+
+def wrap_for_ranks(model: DualEncoder, device: torch.device, size: int) -> torch.nn.Module:
+    """DistributedDataParallel around ``model`` on several ranks (bucketed gradient all-reduce,
+    overlapped with the backward pass), the model itself on one. Unused parameters are allowed:
+    the MLM head takes no gradient in a contrastive stage, nor in a pass with nothing masked."""
+    if size == 1:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False,
+        find_unused_parameters=True)
 
 
 def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: PairSet) -> TrainParts:
@@ -178,4 +190,4 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
         plan=plan, loss_fn=JointLoss(stage.alpha, stage.scale, stage.symmetric), lengths=lengths,
         domain_ids=domain_ids, mlm_domain=dev_domain if stage.mlm_tokens == "domain" else None, device=device,
         dtype=resolve_precision(stage.precision, device), chunk=stage.chunk_size or plan.batch_size, total=total,
-        rank=rank, world=size)
+        rank=rank, world=size, net=wrap_for_ranks(model, device, size))

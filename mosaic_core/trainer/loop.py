@@ -48,39 +48,24 @@ class Hooks:
     progress: bool = True
 
 
-def average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
-    """Average gradients over ranks in one flattened all-reduce (every rank reduces every
-    parameter, even one its slice gave no gradient)."""
-    if world == 1:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    torch.distributed.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for p, g in zip(params, grads, strict=True):
-        p.grad = flat[offset: offset + g.numel()].view_as(p)
-        offset += g.numel()
-
-
 def train_step(parts: TrainParts, batches, stage: StageConfig) -> dict[str, torch.Tensor]:
     """One optimizer step over ``stage.accumulation`` batches; the losses as 0-d device tensors."""
     losses: dict[str, torch.Tensor] = {}
     use_mlm = stage.kind == "joint" and stage.alpha > 0
-    for _ in range(stage.accumulation):
+    for micro in range(stage.accumulation):
         batch = {k: v.to(parts.device, non_blocking=True) for k, v in next(batches).items()}
+        sync = micro == stage.accumulation - 1  # ranks reduce gradients once per step, in the last pass
         with torch.autocast(parts.device.type, dtype=parts.dtype or torch.float32, enabled=parts.dtype is not None):
             if stage.kind == "mlm":
-                terms = mlm_backward(parts.model, batch, parts.mlm_domain, parts.chunk)
+                terms = mlm_backward(parts.net, batch, parts.mlm_domain, parts.chunk, sync)
             else:
-                terms = joint_backward(parts.model, batch, parts.loss_fn, parts.mlm_domain, parts.chunk, use_mlm)
+                terms = joint_backward(parts.net, batch, parts.loss_fn, parts.mlm_domain, parts.chunk, use_mlm, sync)
         for k, v in terms.items():
             losses[k] = losses.get(k, 0) + v / stage.accumulation
     if stage.accumulation > 1:
         for p in parts.params:
             if p.grad is not None:
                 p.grad /= stage.accumulation
-    average_gradients(parts.params, parts.world)
     grad_norm = torch.nn.utils.clip_grad_norm_(parts.params, stage.max_grad_norm)
     parts.optimizer.step()
     parts.scheduler.step()

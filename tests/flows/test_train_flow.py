@@ -1,6 +1,8 @@
 import json
+import shutil
 
 import pytest
+import torch
 from builders import stage1_config, tiny_bert
 
 from flows.train import train_flow
@@ -74,6 +76,31 @@ def test_two_process_data_parallel_stage(inputs, tmp_path):
     (result,) = train_flow(stage1, corpus, cfg, str(tmp_path / "ddp"), processes=2)
     assert result["world"] == 2 and result["steps"] == 2
     assert (tmp_path / "ddp" / "1-joint" / "model.safetensors").exists()
+
+
+def test_two_ranks_train_the_weights_one_process_trains(inputs, tmp_path):
+    """DDP with a differentiable in-batch gather: 2 ranks × 3 pairs (gradient-cached in chunks
+    of 2, 2 accumulation passes per step) give the gradients of 6 pairs on one process."""
+    from safetensors.torch import load_file
+
+    stage1, corpus = inputs
+    still = tmp_path / "stage1"
+    shutil.copytree(stage1, still)
+    config_json = json.loads((still / "config.json").read_text())  # no dropout: the ranks draw their own masks
+    (still / "config.json").write_text(json.dumps({**config_json, "hidden_dropout_prob": 0.0,
+                                                   "attention_probs_dropout_prob": 0.0}))
+    cfg = TrainConfig(stages=(StageConfig(name="contrastive", kind="contrastive", batch_size=6, chunk_size=2,
+                                          accumulation=2, max_steps=3, lr=1e-3, precision="fp32"),),
+                      heldout_pairs=4)
+    weights = {}
+    for processes in (1, 2):
+        (result,) = train_flow(str(still), corpus, cfg, str(tmp_path / f"p{processes}"), processes=processes)
+        assert result["world"] == processes
+        weights[processes] = load_file(tmp_path / f"p{processes}" / "1-contrastive" / "model.safetensors")
+    start = load_file(still / "model.safetensors")
+    assert any(not torch.equal(start[k], weights[1][k]) for k in start)  # the stage trained
+    for name, w in weights[1].items():
+        torch.testing.assert_close(weights[2][name], w, rtol=1e-4, atol=2e-5, msg=name)
 
 
 def test_a_stage_with_its_own_pairs_and_columns_and_mined_hard_negatives(inputs, tmp_path):
