@@ -44,6 +44,7 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
             key = (source, *cfg.columns_for(stage))
             if key not in mined:
                 mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
+                                                 (stage.query_max_length, stage.document_max_length),
                                                  str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"))
             source = mined[key]
         results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))

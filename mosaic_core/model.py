@@ -10,7 +10,6 @@ transform starts fresh and :func:`build_model` says so.
 from __future__ import annotations
 
 import copy
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +23,6 @@ from mosaic_core.encode import Pooling, pool, read_st_pooling
 from mosaic_core.losses import IGNORE, domain_mlm_loss, full_mlm_loss, mask_tokens
 from mosaic_core.modeldir import load_head, save_head
 from mosaic_core.models import resolve_model
-
-log = logging.getLogger(__name__)
 
 
 class MLMHead(nn.Module):
@@ -101,7 +98,8 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
     """(model, whether the MLM head came from the checkpoint).
 
     The head is taken, in order, from a MOSAIC stage output's ``mlm_head.safetensors``, from
-    the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (with a warning).
+    the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (the caller says so where
+    it matters: a stage that trains the MLM).
     Weights load in float32 whatever the checkpoint stores (many hub models ship fp16/bf16):
     they are the optimizer's master weights; bf16 enters only through autocast."""
     from mosaic_core.vocab import masked_lm_with_head
@@ -127,9 +125,6 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
             head.dense.load_state_dict(dense.state_dict())
             head.norm.load_state_dict(norm.state_dict())
             head.bias.data.copy_(mlm.get_output_embeddings().bias.data)
-        else:
-            log.warning("%s has no MLM head: the head's transform starts fresh (consider the mlm warm-up stage)",
-                        model)
     return DualEncoder(encoder, pooling or st_pooling or "mean", head), mlm is not None
 
 

@@ -4,6 +4,7 @@ filter's own search (:func:`mosaic_core.consistency.consistency_filter`)."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from prefect import task
@@ -25,24 +26,30 @@ MINE_CHUNK = 1_000_000
 
 def _mine_key(context: TaskRunContext, p: dict) -> str:
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
-                     p["query_column"], p["document_column"], str(p["negatives"]), CODE_VERSION,
+                     p["query_column"], p["document_column"], str(p["negatives"]), str(p["lengths"]), CODE_VERSION,
                      str(Path(p["out_path"]).resolve()))
 
 
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
-                        out_path: str) -> str:
+                        lengths: tuple[int, int], out_path: str) -> str:
     """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives
     (a filtered data root, or a file with negative columns), else ``out_path``, written here:
     its pairs with up to ``negatives`` hard negatives each (``negatives`` column), found by
-    ``model`` as the consistency filter finds them."""
+    ``model`` as the consistency filter finds them, reading queries and documents cut at the
+    stage's ``lengths`` (query, document) — as the stage will read them."""
     rows, _ = read_examples(pairs_source, query_column, document_column)
     if any(len(r) > 2 for r in rows):
         return pairs_source
     queries, docs = [r[0] for r in rows], [r[1] for r in rows]
     enc = Encoder.load(model, normalize=True)
-    q = enc.with_max_length(64).encode(queries, progress=True)
-    d = enc.with_max_length(256).encode(docs, progress=True)
+    log.info("mining hard negatives for %d pairs of %s with %s: encoding the queries (%d tokens) and documents "
+             "(%d tokens)", len(rows), pairs_source, model, *lengths)
+    t0 = time.perf_counter()
+    q = enc.with_max_length(lengths[0]).encode(queries, progress=True)
+    log.info("mining: queries encoded in %.0f s; encoding the documents", time.perf_counter() - t0)
+    d = enc.with_max_length(lengths[1]).encode(docs, progress=True)
+    log.info("mining: documents encoded in %.0f s; searching", time.perf_counter() - t0)
     out, found = [], 0
     for lo in range(0, len(rows), MINE_CHUNK):
         hi = min(lo + MINE_CHUNK, len(rows))

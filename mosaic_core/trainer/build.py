@@ -173,6 +173,9 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     torch.manual_seed(stage.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model, head_loaded = build_model(model_dir)
+    if stage.uses_mlm and not head_loaded:
+        log.warning("%s has no MLM head: stage %s trains the head's transform from scratch (consider the mlm "
+                    "warm-up stage)", input_model, stage.name)
     lengths = capped_lengths(stage, model, input_model)
     model.to(device).train()
     dev_domain = domain_ids.to(device) if domain_ids is not None else None

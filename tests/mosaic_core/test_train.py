@@ -210,12 +210,16 @@ def test_contrastive_stage_leaves_the_head_alone_and_never_masks(stage1, tmp_pat
     assert torch.equal(before.head.dense.weight, after.head.dense.weight)
 
 
-def test_domain_masking_needs_stage1_output(tmp_path):
-    base = tiny_bert(tmp_path / "base")
+def test_domain_masking_needs_stage1_output(tmp_path, caplog):
+    base = tiny_bert(tmp_path / "base")  # no MLM head either
     with pytest.raises(StageInputError, match="mosaic vocab"):
         train_stage(str(base), PAIRS, stage(), tmp_path / "out", hooks=quiet())
-    # All-token MLM and contrastive-only run on any model.
+    # All-token MLM and contrastive-only run on any model; only the stage that trains the
+    # missing head says it starts fresh.
+    train_stage(str(base), PAIRS, stage(kind="contrastive", max_steps=1), tmp_path / "c", hooks=quiet())
+    assert "no MLM head" not in caplog.text
     train_stage(str(base), PAIRS, stage(mlm_tokens="all", max_steps=1), tmp_path / "all", hooks=quiet())
+    assert "no MLM head: stage joint trains the head's transform from scratch" in caplog.text
 
 
 def test_batch_plan_is_a_function_of_seed_and_step():
