@@ -19,6 +19,7 @@ from rich.table import Table  # noqa: E402
 
 from mosaic_core.config import (  # noqa: E402
     NCBI_PUBMED_URL,
+    DistillConfig,
     FilterConfig,
     IngestConfig,
     IslamicConfig,
@@ -282,8 +283,9 @@ def vocab(
     init: Annotated[str, typer.Option(help="New rows: 'distill' (mean of pieces, then trained to reproduce the base "
                                       "model's embeddings) or 'mean'.")] = "distill",
     distill_target: Annotated[str, typer.Option(help="Distillation target: pooled, tokens or both.")] = "pooled",
-    distill_steps: Annotated[Optional[int], typer.Option(help="Distillation steps at most (default: its epochs; "
-                                                         "held-out texts stop it earlier).")] = None,
+    distill_steps: Annotated[Optional[int], typer.Option(help="Distillation steps at most (default: "
+                                                         f"{DistillConfig().max_steps}, or one pass over the corpus if "
+                                                         "shorter; held-out texts stop it earlier).")] = None,
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = 1e-3,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
@@ -311,7 +313,8 @@ def vocab(
     try:
         cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
                           min_count=min_count, max_tokens=max_tokens, init=init,
-                          distill={"target": distill_target, "max_steps": distill_steps, "lr": distill_lr},
+                          distill={"target": distill_target, "lr": distill_lr,
+                                   **({"max_steps": distill_steps} if distill_steps else {})},
                           text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
