@@ -90,14 +90,7 @@ def joint_backward(
     negatives = "neg_ids" in batch
     labels = batch["labels"] if use_mlm else None
     if chunk_size >= n and (not negatives or chunk_size >= batch["neg_ids"].shape[0]):
-        with _sync(model, sync):
-            texts = {"query": (batch["query_ids"], batch["query_mask"]), "docs": (batch["doc_ids"], batch["doc_mask"])}
-            if negatives:
-                texts["negatives"] = (batch["neg_ids"], batch["neg_mask"])
-            out = model(texts, labels, domain_ids)
-            terms = loss_fn(out["query"], out["docs"], out.get("mlm"), out.get("negatives"))
-            terms["total"].backward()
-        return {k: v.detach() for k, v in terms.items()}
+        return _plain_backward(model, batch, loss_fn, labels, domain_ids, sync)
     spans = _spans(n, chunk_size)
     n_masked = int((labels != IGNORE).sum()) if use_mlm else 0
     rng: list = []
@@ -132,6 +125,19 @@ def joint_backward(
             (out["negatives"] * n_all.grad[lo:hi]).sum().backward()
     contrastive = contrastive.detach()
     return {"contrastive": contrastive, "mlm": mlm_total, "total": contrastive + loss_fn.alpha * mlm_total}
+
+
+def _plain_backward(model: Model, batch: dict[str, torch.Tensor], loss_fn: JointLoss, labels: torch.Tensor | None,
+                    domain_ids: torch.Tensor | None, sync: bool) -> Losses:
+    """The whole batch in one forward and one backward pass."""
+    texts = {"query": (batch["query_ids"], batch["query_mask"]), "docs": (batch["doc_ids"], batch["doc_mask"])}
+    if "neg_ids" in batch:
+        texts["negatives"] = (batch["neg_ids"], batch["neg_mask"])
+    with _sync(model, sync):
+        out = model(texts, labels, domain_ids)
+        terms = loss_fn(out["query"], out["docs"], out.get("mlm"), out.get("negatives"))
+        terms["total"].backward()
+    return {k: v.detach() for k, v in terms.items()}
 
 
 def mlm_backward(model: Model, batch: dict[str, torch.Tensor], domain_ids: torch.Tensor | None,
