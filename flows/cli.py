@@ -132,7 +132,7 @@ def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int = 1, dask_addre
     root = str(data_root.expanduser().resolve())
     flow = ingest_flow.with_options(task_runner=task_runner(workers, dask_address))
     try:
-        flow(cfg, root)
+        _run(flow, cfg, root)
     except IngestFailed as exc:
         _print_stats(Path(root))
         console.print(f"[red]ingest failed:[/red] {exc}")
@@ -215,7 +215,7 @@ def filter_pairs(
     check_pairs_source(input, (query_column, document_column), "--input")
     _model(model)
     root = _folder(data_root)
-    manifests = filter_flow(input, cfg, root)
+    manifests = _run(filter_flow, input, cfg, root)
     Console().print(score_report.fn(root))
     table = Table(title=f"{cfg.mode} filter")
     for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
@@ -249,7 +249,7 @@ def pairs_islamic(
     from flows.corpora import islamic_pairs_flow
 
     cfg = IslamicConfig(quran=str(quran), tafsir=str(tafsir), threshold=threshold).filter_config(_model(model))
-    result = islamic_pairs_flow(str(quran), str(tafsir), cfg, _folder(data_root))
+    result = _run(islamic_pairs_flow, str(quran), str(tafsir), cfg, _folder(data_root))
     stats, manifest = result["stats"], result["manifest"]
     out = Console()
     out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "
@@ -326,7 +326,7 @@ def vocab(
     if reduce_to_corpus:
         check_pairs_source(reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")
     _model(base_model)
-    report = vocab_flow(corpus, cfg, _folder(out, "--out"))
+    report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"))
     Console().print(vocab_report_markdown(out) or report)
 
 
@@ -394,7 +394,7 @@ def train(
     from storage.pairs_io import check_pairs_source
 
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
-    results = train_flow(_model(model), pairs, cfg, _folder(out, "--out"), processes)
+    results = _run(train_flow, _model(model), pairs, cfg, _folder(out, "--out"), processes)
     _print_stages(results)
 
 
@@ -480,7 +480,7 @@ def eval_models(
     cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable)
     try:
         models = {name: _model(path) for name, path in parse_models(model).items()}
-        result = eval_flow(models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
+        result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
     except EvaluationInputError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
@@ -542,7 +542,7 @@ def probe(
     if not word.isalpha():
         raise typer.BadParameter(f"the invented word must be letters only, got {word!r}")
     models = {name: _model(path) for name, path in parse_models(model).items()}
-    result = probe_flow(models, word, _folder(out, "--out"))
+    result = _run(probe_flow, models, word, _folder(out, "--out"))
     table = Table(title=f"documents naming {result['word']!r}, queries that only describe it")
     for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
         table.add_column(col)
@@ -681,7 +681,7 @@ def run(
                 raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
                                    "directory you run mosaic from)")
     try:
-        result = mosaic_pipeline(cfg, str(root)) if cfg is not None else demo_flow(str(root), seed)
+        result = _run(mosaic_pipeline, cfg, str(root)) if cfg is not None else _run(demo_flow, str(root), seed)
     except IngestFailed as exc:
         _print_stats(root)
         console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
@@ -714,6 +714,14 @@ def input_errors() -> tuple[type[Exception], ...]:
             ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
 
 
+def _run(flow, *args):
+    """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the input)."""
+    from flows.server import api_ready
+
+    api_ready()
+    return flow(*args)
+
+
 FLOW_COMMANDS = {"ingest", "filter", "pairs", "vocab", "train", "eval", "probe", "run"}
 """Commands that run Prefect flows (and need an API: the configured one, or a temporary server)."""
 
@@ -732,6 +740,8 @@ def main() -> None:
     try:
         with command_api() if runs_flows else contextlib.nullcontext():
             app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
+    except SystemExit:  # --help, usage errors, typer.Exit: before input_errors(), which imports torch
+        raise
     except input_errors() as exc:
         if debug:
             raise

@@ -42,11 +42,23 @@ def _send_pending(timeout_s: float = 10.0) -> None:
         worker.drain_all(timeout=timeout_s)
 
 
+_READY: list = []
+"""The running command's wait for its temporary server (empty: nothing to wait for)."""
+
+
+def api_ready() -> None:
+    """Block until the command's temporary server answers (at once with a configured API).
+    The CLI calls it just before it runs a flow, so a wrong input is reported while the server
+    is still starting, not after it."""
+    while _READY:
+        _READY.pop()()
+
+
 @contextmanager
 def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     """Within the block, flows use the configured Prefect API (``PREFECT_API_URL``), else a
-    temporary server on 127.0.0.1 tied to this process; yields its URL (None: the configured)."""
-    import httpx
+    temporary server on 127.0.0.1 tied to this process, started at once and waited for in
+    :func:`api_ready`; yields its URL (None: the configured)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
@@ -59,26 +71,35 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
                                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
                               env=env, preexec_fn=_die_with_parent)
     url = f"http://127.0.0.1:{port}/api"
+    used = []
+    _READY.append(lambda: used.append(_wait_healthy(server, url, timeout_s)))
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"the temporary Prefect server exited with {server.returncode}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the temporary Prefect server did not answer within {timeout_s:.0f} s")
-            time.sleep(0.2)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
-        _send_pending()
+        _READY.clear()
+        if used:
+            _send_pending()
         server.terminate()
         try:
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _wait_healthy(server: subprocess.Popen, url: str, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"the temporary Prefect server exited with {server.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the temporary Prefect server did not answer within {timeout_s:.0f} s")
+        time.sleep(0.2)
