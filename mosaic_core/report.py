@@ -9,12 +9,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from mosaic_core.evaluation import TaskScore  # noqa: E402
+from mosaic_core.evaluation import TaskScore
 
 
 def grid(scores: dict[str, list[TaskScore]]) -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
@@ -55,7 +52,8 @@ def markdown_table(scores: dict[str, list[TaskScore]], metrics: dict[str, str]) 
 
 def bar_chart(scores: dict[str, list[TaskScore]], path: Path) -> Path:
     models, tasks, values = grid(scores)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks) * max(1, len(models)) / 2), 4))
+    fig = Figure(figsize=(max(6, 1.6 * len(tasks) * max(1, len(models)) / 2), 4))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(models))
     for i, m in enumerate(models):
         xs = [j + i * width for j in range(len(tasks))]
@@ -68,7 +66,6 @@ def bar_chart(scores: dict[str, list[TaskScore]], path: Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
@@ -77,7 +74,8 @@ def box_plot(scores: dict[str, list[TaskScore]], path: Path) -> Path | None:
     tasks = list(dict.fromkeys(s.task for ss in scores.values() for s in ss if s.per_query))
     if not tasks:
         return None
-    fig, axes = plt.subplots(1, len(tasks), figsize=(max(5, 3 * len(tasks) + 1), 4), squeeze=False)
+    fig = Figure(figsize=(max(5, 3 * len(tasks) + 1), 4))
+    axes = fig.subplots(1, len(tasks), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         data, labels = [], []
         for model, ss in scores.items():
@@ -91,7 +89,6 @@ def box_plot(scores: dict[str, list[TaskScore]], path: Path) -> Path | None:
         ax.set_ylim(-0.02, 1.02)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
