@@ -5,7 +5,10 @@ Every number is a ratio against a baseline measured in the same run, on the same
 
     python bench/ingest.py [--articles 30000] [--lang-docs 3000]
 
-Needs ``pubmed_parser`` (test extra) for the parse baseline.
+Needs ``pubmed_parser`` (test extra) for the parse baseline; with ``pubmedparser2`` installed
+(``pip install -e '.[bench]'``, a C parser: the speed bar) it is timed on the same file too,
+single-threaded, collecting the fields we read (title, abstract, journal, language, keywords,
+MeSH).
 """
 
 from __future__ import annotations
@@ -51,6 +54,34 @@ def timed(fn, repeats: int = 1):
         result = fn()
         best = min(best, time.perf_counter() - t)
     return result, best
+
+
+PP2_FIELDS = {
+    "root": "//PubmedArticleSet", "key": "/PubmedArticle/MedlineCitation/PMID",
+    "Title": "/PubmedArticle/MedlineCitation/Article/ArticleTitle",
+    "Abstract": "/PubmedArticle/MedlineCitation/Article/Abstract/AbstractText",
+    "Journal": "/PubmedArticle/MedlineCitation/Article/Journal/Title",
+    "Language": "/PubmedArticle/MedlineCitation/Article/Language",
+    "Keywords": "/PubmedArticle/MedlineCitation/KeywordList/Keyword",
+    "Mesh": "/PubmedArticle/MedlineCitation/MeshHeadingList/MeshHeading/DescriptorName",
+}
+
+
+def pubmedparser2_seconds(path: Path, work: Path, repeats: int) -> float | None:
+    """Best wall time of ``pubmedparser2.read_xml`` on ``path`` (one thread), None if not installed."""
+    try:
+        import pubmedparser
+    except ImportError:
+        return None
+
+    runs = iter(range(repeats))
+
+    def run() -> None:
+        out = work / f"pubmedparser2-{next(runs)}"  # a fresh folder: it skips files it has read
+        out.mkdir()
+        pubmedparser.read_xml([str(path)], PP2_FIELDS, str(out), relative_to_default_data=False, n_threads=1)
+
+    return timed(run, repeats)[1]
 
 
 def peak_rss_mb(path: Path) -> float:
@@ -108,6 +139,12 @@ def main() -> None:
         print(f"pubmed_parser       {n_pp / t_pp:10,.0f} articles/s   (baseline)")
         print(f"mosaic iter_citations {n_ours / t_ours:8,.0f} articles/s   ratio {t_pp / t_ours:.2f}x "
               f"(target >= 5x); {t_gunzip / t_ours:.2f}x gunzip speed")
+        t_pp2 = pubmedparser2_seconds(big, Path(tmp), args.repeats)
+        if t_pp2 is None:
+            print("pubmedparser2       not installed (pip install -e '.[bench]'): C speed bar skipped")
+        else:
+            print(f"pubmedparser2 (C)   {args.articles / t_pp2:10,.0f} articles/s   mosaic at "
+                  f"{t_pp2 / t_ours:.2f}x its speed (target >= 1.0x)")
 
         print("\n== memory (peak RSS, fresh process) ==")
         rss1, rss2 = peak_rss_mb(big), peak_rss_mb(double)
