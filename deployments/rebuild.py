@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from deployments import DEFAULT_CRON
 from flows.rebuild import rebuild
-
-DEFAULT_CRON = "0 3 * * *"
-"""Daily at 03:00 UTC: NCBI publishes PubMed update files once a day."""
 
 
 def rebuild_deployment(config_file: str | None, data_root: str, cron: str | None = DEFAULT_CRON):

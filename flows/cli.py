@@ -27,6 +27,7 @@ from mosaic_core.config import (  # noqa: E402
     TrainConfig,
     VocabConfig,
 )
+from deployments import DEFAULT_CRON  # noqa: E402
 from flows.runners import task_runner  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 
@@ -629,7 +630,7 @@ def serve(
     config: Annotated[Optional[Path], typer.Option(
         "--config", "-c", help="Pipeline YAML of the rebuilds (default: the built-in demo).")] = None,
     cron: Annotated[str, typer.Option(help="Schedule of the rebuild (cron, UTC); '' for manual runs only.")
-                    ] = "0 3 * * *",
+                    ] = DEFAULT_CRON,
 ) -> None:
     """Serve the `rebuild` deployment: on each scheduled (or UI-triggered) run it lists the
     snapshot source and runs the pipeline only if files were added or changed.

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from builders import pubmed_xml, tiny_bert, tiny_pipeline_yaml, varied_articles, write_xml
 
+from deployments import DEFAULT_CRON
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -114,7 +116,7 @@ def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(
             assert "Deployment 'rebuild/rebuild' successfully created" in deploy.stdout, deploy.stdout + deploy.stderr
             registered = client.read_deployment_by_name("rebuild/rebuild")
             assert registered.work_pool_name == "mosaic-process"
-            assert [s.schedule.cron for s in registered.schedules] == ["0 3 * * *"]
+            assert [s.schedule.cron for s in registered.schedules] == [DEFAULT_CRON]
     finally:
         serve.terminate()
         serve.wait(30)
