@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import markdown
+from matplotlib.figure import Figure
 
 from mosaic_core.evaluation import TaskScore
 from mosaic_core.heldout import SELECT_METRIC
-from mosaic_core.report import bar_chart, box_plot, grid, plt
+from mosaic_core.report import bar_chart, box_plot, grid
 
 
 @dataclass
@@ -79,7 +80,8 @@ def training_curves(stages: list[dict], out_dir: Path) -> list[Path]:
         if not log_path.is_file():
             continue
         records = [json.loads(line) for line in log_path.read_text().splitlines()]
-        fig, ax = plt.subplots(figsize=(6, 3.2))
+        fig = Figure(figsize=(6, 3.2))
+        ax = fig.subplots()
         for term in ("total", "mlm", "contrastive"):
             points = [(r["step"], r[term]) for r in records if r.get(term)]
             if points:
@@ -98,7 +100,6 @@ def training_curves(stages: list[dict], out_dir: Path) -> list[Path]:
         fig.tight_layout()
         path = out_dir / f"curve-{re.sub(r'[^A-Za-z0-9_.-]', '-', s['stage'])}.png"
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         paths.append(path)
     return paths
 
