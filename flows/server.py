@@ -71,14 +71,14 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
                                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
                               env=env, preexec_fn=_die_with_parent)
     url = f"http://127.0.0.1:{port}/api"
-    used = []
-    _READY.append(lambda: used.append(_wait_healthy(server, url, timeout_s)))
+    _READY.append(lambda: _wait_healthy(server, url, timeout_s))
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
-        _READY.clear()
-        if used:
+        if _READY:  # never waited for: no flow ran, nothing is queued for the server
+            _READY.clear()
+        else:
             _send_pending()
         server.terminate()
         try:
