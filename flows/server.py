@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,18 +68,21 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # The server's own output goes to a file: a server stopped half-way through its start-up (a
+    # wrong input reported before any flow ran) prints a shutdown traceback that is not news.
+    errors = tempfile.TemporaryFile(mode="w+", prefix="mosaic-prefect-server-")
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-                              env=env, preexec_fn=_die_with_parent)
+                              env=env, preexec_fn=_die_with_parent, stdout=errors, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/api"
-    _READY.append(lambda: _wait_healthy(server, url, timeout_s))
+    _READY.append(lambda: _wait_healthy(server, errors, url, timeout_s))
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
-        if _READY:  # never waited for: no flow ran, nothing is queued for the server
-            _READY.clear()
-        else:
+        used = not _READY
+        _READY.clear()
+        if used:
             _send_pending()
         server.terminate()
         try:
@@ -86,20 +90,30 @@ def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        if used:  # what the server said while flows ran on it is the user's to read
+            sys.stderr.write(_said(errors))
+        errors.close()
 
 
-def _wait_healthy(server: subprocess.Popen, url: str, timeout_s: float) -> None:
+def _said(errors) -> str:
+    errors.seek(0)
+    return errors.read()
+
+
+def _wait_healthy(server: subprocess.Popen, errors, url: str, timeout_s: float) -> None:
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while True:
         if server.poll() is not None:
-            raise RuntimeError(f"the temporary Prefect server exited with {server.returncode}")
+            tail = _said(errors)[-4000:]
+            raise RuntimeError(f"the temporary Prefect server exited with {server.returncode}:\n{tail}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the temporary Prefect server did not answer within {timeout_s:.0f} s")
+            tail = _said(errors)[-4000:]
+            raise RuntimeError(f"the temporary Prefect server did not answer within {timeout_s:.0f} s:\n{tail}")
         time.sleep(0.2)

@@ -120,3 +120,37 @@ def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(
     finally:
         serve.terminate()
         serve.wait(30)
+
+
+_BROKEN_SERVER = """
+import sys, time
+import psutil
+from flows.server import api_ready, command_api
+with command_api():
+    if sys.argv[1] == "wait":
+        api_ready()
+    else:  # leave once the server has failed, without waiting for it (as a wrong input reported early does)
+        server = psutil.Process().children()[0]
+        while server.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.2)
+"""
+
+
+def _with_broken_server(tmp_path, how: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/prefect.db"
+    return subprocess.run([sys.executable, "-c", _BROKEN_SERVER, how], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+
+
+def test_a_temporary_server_that_cannot_start_says_why(tmp_path):
+    done = _with_broken_server(tmp_path, "wait")
+    assert done.returncode != 0
+    assert "the temporary Prefect server exited with" in done.stderr
+    assert "unable to open database file" in done.stderr  # the server's own words, not just an exit code
+
+
+def test_a_command_that_never_used_its_server_prints_nothing_of_it(tmp_path):
+    done = _with_broken_server(tmp_path, "leave")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
