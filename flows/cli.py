@@ -295,6 +295,9 @@ def vocab(
         Optional[str], typer.Option(help="First keep only the base vocabulary rows this corpus (pairs file or "
                                     "data root) uses, plus specials and single characters (seed 004).")
     ] = None,
+    model_kind: Annotated[str, typer.Option(
+        help="sparse: write a SPLADE SparseEncoder, the new rows also new output dimensions of the MLM head.")
+    ] = "dense",
 ) -> None:
     """Stage 1: train a domain tokenizer and add its useful new tokens to the base model.
 
@@ -316,7 +319,8 @@ def vocab(
                           min_count=min_count, max_tokens=max_tokens, init=init,
                           distill={"target": distill_target, "lr": distill_lr,
                                    **({"max_steps": distill_steps} if distill_steps else {})},
-                          text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus)
+                          text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
+                          model_kind=model_kind)
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     from mosaic_core.modeldir import vocab_report_markdown
@@ -380,6 +384,9 @@ def train(
     document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
     processes: Annotated[Optional[int], typer.Option(help="Data-parallel processes via torchrun "
                                                      "(default: one per visible GPU, else 1).")] = None,
+    model_kind: Annotated[str, typer.Option(
+        help="sparse: train SPLADE (the MLM head's max-pooled log(1+ReLU) logits, dot-product InfoNCE + FLOPS "
+        "regulariser) in every stage and save SparseEncoder models.")] = "dense",
 ) -> None:
     """Stages 2-3: joint domain-restricted MLM + contrastive, then contrastive only (or a preset).
 
@@ -390,7 +397,8 @@ def train(
     """
     from flows.train import train_flow
 
-    cfg = build_train_config(preset, set_ or [], query_column, document_column, heldout_pairs=heldout_pairs,
+    cfg = build_train_config(preset, [f"model_kind={model_kind}", *(set_ or [])], query_column, document_column,
+                             heldout_pairs=heldout_pairs,
                              validation_pairs=validation_pairs, merge_weights=tuple(merge or ()))
     from storage.pairs_io import check_pairs_source
 
@@ -457,6 +465,9 @@ def eval_models(
         help="Record the scores in this data root's catalog (see `mosaic history`).")] = None,
     skip_unavailable: Annotated[bool, typer.Option(
         help="Report tasks whose data is missing and score the rest (default: stop before scoring).")] = False,
+    model_kind: Annotated[str, typer.Option(
+        help="auto: SparseEncoder models are scored as SPLADE, others as dense; sparse: every model as SPLADE on "
+        "its masked-LM head (e.g. a plain BERT checkpoint).")] = "auto",
 ) -> None:
     """Score models on mteb tasks and local benchmark files; write a comparison report."""
     from flows.evaluate import EvaluationInputError, eval_flow
@@ -478,7 +489,9 @@ def eval_models(
                                   document_column=document_column))
     if not specs:
         raise typer.BadParameter("no task: give --task, --beir, --sts, --heldout or --verses")
-    cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable)
+    if model_kind not in ("auto", "dense", "sparse"):
+        raise typer.BadParameter(f"--model-kind {model_kind!r}: choose auto, dense or sparse")
+    cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable, model_kind=model_kind)
     try:
         models = {name: _model(path) for name, path in parse_models(model).items()}
         result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
@@ -552,6 +565,14 @@ def probe(
         table.add_row(name, f"{score['value']:.3f}", f"{s.get('recall_at_5', float('nan')):.3f}",
                       f"{s.get('mrr_at_10', float('nan')):.3f}")
     Console().print(table)
+    if result["activation"]:
+        weights = Table(title=f"sparse models: weight of {result['word']!r} in the representations (share firing)")
+        for col in ("model", "documents naming it", "queries describing it"):
+            weights.add_column(col)
+        for name, a in result["activation"].items():
+            weights.add_row(name, *(f"{a[k]['mean_weight']:.3f} ({a[k]['fires']:.0%})"
+                                    for k in ("naming", "describing")))
+        Console().print(weights)
     Console().print(f"adaptation corpus: {result['adaptation_pairs']}; report: {result['report']['html']}")
 
 

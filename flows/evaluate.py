@@ -35,7 +35,8 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
         raise EvaluationInputError("unavailable evaluation tasks:\n- " + "\n- ".join(problems))
     # One (model, task) at a time: models are large, and transformers' from_pretrained toggles a
     # process-wide "skip weight init" flag that concurrent loads in threads can leave switched off.
-    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size))
+    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size,
+                                            cfg.model_kind))
                   for s in specs] for m, p in models.items()}
     fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
     checksums = {s.name: task_checksum(s) for s in specs}

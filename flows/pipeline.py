@@ -52,7 +52,9 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     published = published_model(data_root)
     models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages},
               **({"published": published} if published else {})}
-    report = eval_flow(models, EvalConfig(tasks=tasks), str(root / "report"), data_root)
+    # A sparse run scores the base as SPLADE too (on its masked-LM head): like for like.
+    eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto")
+    report = eval_flow(models, eval_cfg, str(root / "report"), data_root)
     write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain)
     decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
                                   ["base", *(["published"] if published else [])], cfg.gate_tasks(),

@@ -104,6 +104,9 @@ class VocabConfig(_Frozen):
     text_columns: tuple[str, ...] = Field(
         ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
     )
+    model_kind: Literal["dense", "sparse"] = Field(
+        "dense", description="sparse: write stage 1 as a SPLADE SparseEncoder (the new rows are also new output "
+        "dimensions of the MLM head); the base should ship a masked-LM head.")
     reduce_to_corpus: str | None = Field(
         None, description="Before expanding, keep only the base vocabulary rows this corpus (a pairs file or "
         "data root) uses, plus specials and single characters (seed 004's language reduction).",
@@ -203,6 +206,14 @@ class StageConfig(_Frozen):
         "retrieval data first, then the domain's). None: the run's pairs.")
     query_column: str | None = Field(None, description="Query column of this stage's pairs (None: the run's).")
     document_column: str | None = Field(None, description="Document column of this stage's pairs (None: the run's).")
+    model_kind: Literal["dense", "sparse"] = Field(
+        "dense", description="dense: pooled embeddings, cosine InfoNCE at `scale`; sparse: SPLADE (seed 003), the "
+        "max-pooled log(1+ReLU) of the MLM head's logits, dot-product InfoNCE at scale 1 plus the FLOPS regulariser, "
+        "saved as a sentence-transformers SparseEncoder.")
+    flops_query: float = Field(5e-5, ge=0.0, description="sparse only: FLOPS regulariser weight on the queries "
+                               "(sentence-transformers' SPLADE examples use 5e-5).")
+    flops_document: float = Field(3e-5, ge=0.0, description="sparse only: FLOPS regulariser weight on the documents "
+                                  "and hard negatives (sentence-transformers' SPLADE examples use 3e-5).")
 
     @model_validator(mode="after")
     def _warmup_fields_need_warmup(self) -> StageConfig:
@@ -321,6 +332,9 @@ class EvalTaskSpec(_Frozen):
 class EvalConfig(_Frozen):
     tasks: tuple[EvalTaskSpec, ...] = Field(..., min_length=1)
     batch_size: int = Field(64, gt=0)
+    model_kind: Literal["auto", "dense", "sparse"] = Field(
+        "auto", description="auto: a SparseEncoder directory is scored as SPLADE, anything else as dense; sparse: "
+        "score every model as SPLADE on its masked-LM head (e.g. a plain BERT checkpoint).")
     skip_unavailable: bool = Field(False, description="Report unavailable tasks and go on instead of failing.")
 
 
@@ -354,6 +368,9 @@ class PipelineConfig(_Frozen):
     (every section, every cross-field rule) before any work starts."""
 
     base_model: str = Field("thenlper/gte-base", description="Model to adapt (stage 1 expands it).")
+    model_kind: Literal["dense", "sparse"] = Field(
+        "dense", description="dense or sparse (SPLADE) for stage 1 and every training stage (fills vocab.model_kind "
+        "and each stage's model_kind).")
     domain: str = Field("biomedicine", min_length=1, description="The domain, as the model cards name it.")
     ingest: IngestConfig = IngestConfig()
     islamic: IslamicConfig | None = Field(
@@ -374,6 +391,10 @@ class PipelineConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
+        kinds = {self.vocab.model_kind, *(s.model_kind for s in self.train.stages)}
+        if kinds != {self.model_kind}:
+            raise ValueError(f"model_kind {self.model_kind!r}, but stage 1 or a stage says otherwise "
+                             f"({sorted(kinds)}); set model_kind only")
         if self.vocab.base_model != self.base_model:
             raise ValueError(f"vocab.base_model ({self.vocab.base_model}) must equal base_model ({self.base_model}); "
                              "set base_model only")
@@ -411,6 +432,13 @@ class PipelineConfig(_Frozen):
         data = dict(data)
         if "base_model" in data:
             data["vocab"] = {**data.get("vocab", {}), "base_model": data["base_model"]}
+        if "model_kind" in data:
+            kind = data["model_kind"]
+            train = dict(data.get("train", {}))
+            stages = train.get("stages", [s.model_dump() for s in TrainConfig().stages])
+            train["stages"] = [{**s, "model_kind": kind} for s in stages]
+            data["vocab"] = {**data.get("vocab", {}), "model_kind": kind}
+            data["train"] = train
         return cls.model_validate(data)
 
 

@@ -32,6 +32,9 @@ class TermDiagnosis:
     occurrences: list[dict] = field(default_factory=list)
     neighbours: list[tuple[str, float]] = field(default_factory=list)
     row: str = ""
+    activation: dict | None = None
+    """A sparse (SPLADE) model only: the term's weight in the representations of the sentences
+    that contain it (:func:`mosaic_core.sparse.term_activation`)."""
 
     @property
     def mean_logit(self) -> float | None:
@@ -60,6 +63,10 @@ class TermDiagnosis:
                              f"{', '.join(o['top'])}  | {o['context']}")
         else:
             lines.append("  MLM: the term occurs in no given sentence (pass --corpus or --text)")
+        if self.activation is not None and self.activation["mean_weight"] is not None:
+            a = self.activation
+            lines.append(f"  SPLADE representation of the {a['texts']} sentence(s): mean weight of "
+                         f"{' '.join(a['pieces'])} {a['mean_weight']:.3f}; every piece fires in {a['fires']:.0%}")
         lines.append(f"  nearest neighbours of its {self.row}: "
                      + ", ".join(f"{t} ({c:.2f})" for t, c in self.neighbours))
         return "\n".join(lines)
@@ -96,10 +103,12 @@ def diagnose_term(model_path: str, term: str, sentences: list[str], base_model: 
     from mosaic_core.model import build_model
     from mosaic_core.modeldir import has_trained_head, read_domain_ids
     from mosaic_core.models import resolve_model
+    from mosaic_core.sparse import is_sparse_model, sparse_encoder, term_activation
 
     resolved = resolve_model(model_path)
     tokenizer = AutoTokenizer.from_pretrained(resolved)
     model, from_checkpoint = build_model(resolved)
+    activation = term_activation(sparse_encoder(resolved), term, sentences) if is_sparse_model(resolved) else None
     model.eval()
     head = ("trained by a MOSAIC stage" if has_trained_head(resolved) else
             "the checkpoint's own" if from_checkpoint else
@@ -109,7 +118,8 @@ def diagnose_term(model_path: str, term: str, sentences: list[str], base_model: 
     domain_ids = read_domain_ids(resolved)
     domain = set(domain_ids.tolist()) if domain_ids is not None else set()
     base_pieces = AutoTokenizer.from_pretrained(resolve_model(base_model)).tokenize(term) if base_model else None
-    diagnosis = TermDiagnosis(term, pieces, base_pieces, len(ids) == 1, len(ids) == 1 and ids[0] in domain, head)
+    diagnosis = TermDiagnosis(term, pieces, base_pieces, len(ids) == 1, len(ids) == 1 and ids[0] in domain, head,
+                              activation=activation)
 
     embeddings = model.embeddings.detach().float()
     for sentence in sentences:

@@ -65,7 +65,7 @@ def read_st_pooling(model_dir: str) -> tuple[Pooling | None, bool | None]:
     normalize = any(e.get("type", "").endswith("Normalize") for e in entries)
     pooling: Pooling | None = None
     for e in entries:
-        if e.get("type", "").endswith("Pooling"):
+        if e.get("type", "").endswith("Pooling") and "sparse_encoder" not in e["type"]:  # SpladePooling: no states
             cfg = json.loads((root / e["path"] / "config.json").read_text())
             # sentence-transformers < 6 writes pooling_mode_*_token(s) flags; 6.x writes pooling_mode.
             if cfg.get("pooling_mode_cls_token") or cfg.get("pooling_mode") == "cls":

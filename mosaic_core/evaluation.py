@@ -149,12 +149,23 @@ def per_query_ndcg10(predictions: Path, qrels: dict[str, dict[str, int]],
     return {q: s["ndcg_cut_10"] for q, s in evaluator.evaluate(runs).items()}
 
 
-def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64) -> TaskScore:
-    """Run ``task`` with the sentence-transformers model at ``model_path`` through ``mteb.evaluate``."""
-    import mteb
+def load_scored_model(model_path: str, kind: str = "auto"):
+    """What mteb scores: a ``SentenceTransformer``, or a ``SparseEncoder`` for a sparse model
+    (``auto``: when the model is one; ``sparse``: also SPLADE on a plain masked-LM checkpoint)."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(model_path, device=None)
+    from mosaic_core.sparse import is_sparse_model, sparse_encoder
+
+    if kind == "sparse" or (kind == "auto" and is_sparse_model(model_path)):
+        return sparse_encoder(model_path, device=None)
+    return SentenceTransformer(model_path, device=None)
+
+
+def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind: str = "auto") -> TaskScore:
+    """Run ``task`` with the model at ``model_path`` (:func:`load_scored_model`) through ``mteb.evaluate``."""
+    import mteb
+
+    model = load_scored_model(model_path, kind)
     work_dir.mkdir(parents=True, exist_ok=True)
     task.load_data()
     first_split = task.metadata.eval_splits[0]

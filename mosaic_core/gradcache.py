@@ -101,9 +101,9 @@ def joint_backward(
         neg_rng: list = []
         n_all = (_embed_chunks(unwrap(model), batch["neg_ids"], batch["neg_mask"], neg_spans, neg_rng)
                  if negatives else None)
-    contrastive = loss_fn(q_all, d_all, None, n_all)["contrastive"]
-    contrastive.backward()
-    mlm_total = contrastive.new_zeros(())
+    retrieval = loss_fn(q_all, d_all, None, n_all)  # every term but the MLM's is a function of the embeddings
+    retrieval["total"].backward()
+    mlm_total = retrieval["total"].new_zeros(())
     passes = len(spans) + len(neg_spans)
     for i, ((lo, hi), state) in enumerate(zip(spans, rng, strict=True)):
         _set_rng_state(state, q_all.device)
@@ -123,8 +123,8 @@ def joint_backward(
         with _sync(model, sync and i == passes - 1):
             out = model({"negatives": (batch["neg_ids"][lo:hi], batch["neg_mask"][lo:hi])})
             (out["negatives"] * n_all.grad[lo:hi]).sum().backward()
-    contrastive = contrastive.detach()
-    return {"contrastive": contrastive, "mlm": mlm_total, "total": contrastive + loss_fn.alpha * mlm_total}
+    terms = {k: v.detach() for k, v in retrieval.items() if k not in ("mlm", "total")}
+    return {**terms, "mlm": mlm_total, "total": retrieval["total"].detach() + loss_fn.alpha * mlm_total}
 
 
 def _plain_backward(model: Model, batch: dict[str, torch.Tensor], loss_fn: JointLoss, labels: torch.Tensor | None,

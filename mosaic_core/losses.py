@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mosaic_core import sparse
+
 IGNORE = -100
 
 
@@ -32,19 +34,23 @@ def info_nce(
     scale: float = 50.0,
     symmetric: bool = False,
     hard_negatives: torch.Tensor | None = None,
+    normalize: bool = True,
 ) -> torch.Tensor:
-    """InfoNCE over in-batch negatives (eq. 4) on L2-normalised embeddings.
+    """InfoNCE over in-batch negatives (eq. 4) on L2-normalised embeddings (``normalize``; the
+    raw dot product without: SPLADE's relevance).
 
     ``queries``, ``docs``: ``[B, d]``, row i of each forms a positive pair; ``hard_negatives``
     ``[B', d]`` are extra columns for every query (of this rank, under ``torch.distributed``).
     ``scale`` is the fixed logit scale (1/τ; the authors used 50). ``symmetric`` averages the
     query→doc and doc→query directions.
     """
-    q = F.normalize(queries.float(), dim=-1)
-    d = F.normalize(docs.float(), dim=-1)
+    def unit(x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x.float(), dim=-1) if normalize else x.float()
+
+    q, d = unit(queries), unit(docs)
     d_all, offset = _gather_with_grad(d)
     # Hard negatives stay on their rank (a rank's share can be any size, even none).
-    columns = d_all if hard_negatives is None else torch.cat([d_all, F.normalize(hard_negatives.float(), dim=-1)])
+    columns = d_all if hard_negatives is None else torch.cat([d_all, unit(hard_negatives)])
     labels = torch.arange(q.shape[0], device=q.device) + offset
     loss = F.cross_entropy(scale * q @ columns.T, labels)
     if symmetric:
@@ -128,14 +134,27 @@ def mask_tokens(
 
 
 class JointLoss(nn.Module):
-    """``total = alpha * mlm + contrastive``; returns the components, never logs."""
+    """``total = alpha * mlm + contrastive``; returns the components, never logs.
 
-    def __init__(self, alpha: float = 0.3, scale: float = 50.0, symmetric: bool = False):
+    ``flops`` (λ_query, λ_document) makes it SPLADE's loss (:mod:`mosaic_core.sparse`): the
+    contrastive term on raw dot products at scale 1, plus ``"flops"``, the FLOPS regulariser
+    λ_q·FLOPS(queries) + λ_d·FLOPS(documents and hard negatives), in ``total``."""
+
+    def __init__(self, alpha: float = 0.3, scale: float = 50.0, symmetric: bool = False,
+                 flops: tuple[float, float] | None = None):
         super().__init__()
-        self.alpha, self.scale, self.symmetric = alpha, scale, symmetric
+        self.alpha, self.scale, self.symmetric, self.flops = alpha, scale, symmetric, flops
 
     def forward(self, queries: torch.Tensor, docs: torch.Tensor, mlm: torch.Tensor | None,
                 hard_negatives: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        contrastive = info_nce(queries, docs, self.scale, self.symmetric, hard_negatives)
+        if self.flops is None:
+            contrastive = info_nce(queries, docs, self.scale, self.symmetric, hard_negatives)
+            regulariser = None
+        else:
+            contrastive = info_nce(queries, docs, 1.0, self.symmetric, hard_negatives, normalize=False)
+            all_docs = docs if hard_negatives is None else torch.cat([docs, hard_negatives])
+            regulariser = self.flops[0] * sparse.flops(queries) + self.flops[1] * sparse.flops(all_docs)
         mlm = mlm if mlm is not None else contrastive.new_zeros(())
-        return {"total": self.alpha * mlm + contrastive, "mlm": mlm, "contrastive": contrastive}
+        total = self.alpha * mlm + contrastive + (0 if regulariser is None else regulariser)
+        out = {"total": total, "mlm": mlm, "contrastive": contrastive}
+        return out if regulariser is None else {**out, "flops": regulariser}

@@ -23,6 +23,7 @@ from mosaic_core.encode import Pooling, pool, read_st_pooling
 from mosaic_core.losses import IGNORE, domain_mlm_loss, full_mlm_loss, mask_tokens
 from mosaic_core.modeldir import load_head, save_head
 from mosaic_core.models import resolve_model
+from mosaic_core.sparse import ModelKind, save_sparse, splade
 
 
 class MLMHead(nn.Module):
@@ -44,11 +45,17 @@ class MLMHead(nn.Module):
 class DualEncoder(nn.Module):
     """Encoder + pooling (+ MLM head). ``embed`` for queries; ``forward_docs`` for masked
     documents, returning the pooled embedding and the transformed states at masked positions
-    from one forward pass; ``forward`` for a training pass (everything one backward needs)."""
+    from one forward pass; ``forward`` for a training pass (everything one backward needs).
 
-    def __init__(self, encoder: nn.Module, pooling: Pooling, head: MLMHead | None):
+    ``kind`` ``sparse`` (SPLADE, :mod:`mosaic_core.sparse`): a text's representation is the
+    max-pooled ``log(1 + ReLU)`` of the MLM head's logits, ``[B, V]``, not its pooled states."""
+
+    def __init__(self, encoder: nn.Module, pooling: Pooling, head: MLMHead | None, kind: ModelKind = "dense"):
         super().__init__()
-        self.encoder, self.pooling, self.head = encoder, pooling, head
+        self.encoder, self.pooling, self.head, self.kind = encoder, pooling, head, kind
+        if kind == "sparse" and head is None:
+            raise ValueError("a sparse (SPLADE) model represents texts by its MLM head's logits: "
+                             "build it with the head")
 
     @property
     def embeddings(self) -> torch.Tensor:
@@ -57,6 +64,13 @@ class DualEncoder(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.represent(hidden, attention_mask)
+
+    def represent(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B, T, h]`` states → ``[B, d]`` pooled embeddings, or ``[B, V]`` SPLADE weights."""
+        if self.kind == "sparse":
+            logits = self.head.transform(hidden) @ self.embeddings.T + self.head.bias
+            return splade(logits, attention_mask)
         return pool(hidden, attention_mask, self.pooling)
 
     def forward(self, texts: dict[str, tuple[torch.Tensor, torch.Tensor]], labels: torch.Tensor | None = None,
@@ -87,15 +101,16 @@ class DualEncoder(nn.Module):
                      labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(pooled ``[B, d]``, transformed states ``[N, h]`` at labelled positions, targets ``[N]``)."""
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        pooled = pool(hidden, attention_mask, self.pooling)
+        pooled = self.represent(hidden, attention_mask)
         selected = labels != IGNORE
         if self.head is None:
             raise ValueError("this model was built without an MLM head")
         return pooled, self.head.transform(hidden[selected]), labels[selected]
 
 
-def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = True) -> tuple[DualEncoder, bool]:
-    """(model, whether the MLM head came from the checkpoint).
+def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = True,
+                kind: ModelKind = "dense") -> tuple[DualEncoder, bool]:
+    """(model, whether the MLM head came from the checkpoint); ``kind`` ``sparse`` needs the head.
 
     The head is taken, in order, from a MOSAIC stage output's ``mlm_head.safetensors``, from
     the checkpoint's own ``*ForMaskedLM`` weights, or initialised fresh (the caller says so where
@@ -112,7 +127,7 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
         encoder = AutoModel.from_pretrained(resolved, dtype=torch.float32)
         head = MLMHead(encoder.config.hidden_size, encoder.get_input_embeddings().weight.shape[0], **cfg)
         head.load_state_dict(weights)
-        return DualEncoder(encoder, pooling or st_pooling or "mean", head), True
+        return DualEncoder(encoder, pooling or st_pooling or "mean", head, kind), True
     mlm = masked_lm_with_head(resolved) if with_mlm else None
     encoder = mlm.base_model if mlm is not None else AutoModel.from_pretrained(resolved, dtype=torch.float32)
     cfg = encoder.config
@@ -121,20 +136,24 @@ def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = Tru
         head = MLMHead(cfg.hidden_size, encoder.get_input_embeddings().weight.shape[0],
                        getattr(cfg, "hidden_act", "gelu"), getattr(cfg, "layer_norm_eps", 1e-12))
         if mlm is not None:
-            dense, norm = _checkpoint_transform(mlm)
+            dense, norm = checkpoint_transform(mlm)
             head.dense.load_state_dict(dense.state_dict())
             head.norm.load_state_dict(norm.state_dict())
             head.bias.data.copy_(mlm.get_output_embeddings().bias.data)
-    return DualEncoder(encoder, pooling or st_pooling or "mean", head), mlm is not None
+    return DualEncoder(encoder, pooling or st_pooling or "mean", head, kind), mlm is not None
 
 
 def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
     """Write ``model`` as a sentence-transformers model directory (modules, pooling and
     tokenizer from ``template``, the stage's input model; weights from ``model``) that
     ``SentenceTransformer``/``AutoModel`` load directly, with the MLM head beside it as
-    ``mlm_head.safetensors`` for the next stage."""
+    ``mlm_head.safetensors`` for the next stage. A sparse model is written as a
+    ``SparseEncoder`` directory instead, its head inside the masked-LM checkpoint."""
     from sentence_transformers import SentenceTransformer
 
+    if model.kind == "sparse":
+        save_sparse(model.encoder, model.head, resolve_model(template), out_dir)
+        return
     st = SentenceTransformer(resolve_model(template), device="cpu")
     st[0].auto_model.load_state_dict({k: v.detach().cpu() for k, v in model.encoder.state_dict().items()})
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +162,7 @@ def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
         save_head(out_dir, model.head.state_dict(), model.head.config)
 
 
-def _checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:
+def checkpoint_transform(mlm: nn.Module) -> tuple[nn.Linear, nn.LayerNorm]:
     """The (dense, LayerNorm) of a BERT-style (``cls.predictions.transform``) or RoBERTa-style
     (``lm_head``) masked-LM head."""
     if hasattr(mlm, "cls"):

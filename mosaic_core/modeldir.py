@@ -9,6 +9,10 @@ sentence-transformers model (which ``SentenceTransformer``/``AutoModel`` load as
 | ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result |
 | ``README.md`` | every step that writes a model | its model card (:mod:`mosaic_core.card`), replacing the base's |
 
+A sparse (SPLADE) model directory is a sentence-transformers ``SparseEncoder`` instead
+(:mod:`mosaic_core.sparse`): its MLM head lives inside the masked-LM checkpoint, so it has no
+``mlm_head.*``; the other files are the same.
+
 Every write goes through a temporary file and a rename, so a crash never leaves half a file.
 """
 

@@ -77,3 +77,14 @@ def make_probe(word: str = "quorvane", seed: int = 0) -> Probe:
     relevant = {c["id"]: 1 for c in corpus if c["id"].startswith("w")}
     queries = {f"q{i}": q for i, q in enumerate(QUERIES)}
     return Probe(w, train, corpus, queries, {q: dict(relevant) for q in queries})
+
+
+def sparse_activation(st, probe: Probe) -> dict:
+    """Seed 003's diagnostic for a sparse (SPLADE) model ``st``: the invented word's weight in
+    the representations of the documents that name it and of the queries that only describe
+    it. A model that has tied the word to its meaning fires it in the queries too."""
+    from mosaic_core.sparse import term_activation
+
+    naming = [c["text"] for c in probe.corpus if c["id"].startswith("w")]
+    return {"naming": term_activation(st, probe.word, naming),
+            "describing": term_activation(st, probe.word, list(probe.queries.values()))}

@@ -45,6 +45,7 @@ from mosaic_core.encode import max_positions, read_st_pooling
 from mosaic_core.card import facts, render
 from mosaic_core.modeldir import write_card, write_domain_ids, write_vocab_report
 from mosaic_core.models import resolve_model
+from mosaic_core.sparse import convert_to_sparse
 from mosaic_core.selection import (
     LADDER,
     REJECT_REASONS,
@@ -616,12 +617,12 @@ def _rejected_examples(chosen: Selection, per_reason: int = 15) -> dict[str, lis
 
 
 def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new_ids: list[int],
-                   piece_ids: list[list[int]]) -> None:
-    """Keep the checkpoint's MLM head (if it ships one) for stage 2: its embeddings are the
-    expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently."""
+                   piece_ids: list[list[int]]) -> bool:
+    """Keep the checkpoint's MLM head (if it ships one; says whether) for stage 2: its embeddings
+    are the expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently."""
     mlm = masked_lm_with_head(resolve_model(base_model))
     if mlm is None:
-        return
+        return False
     old_bias = mlm.get_output_embeddings().bias.detach().clone()
     expand_embeddings(mlm, new_ids, piece_ids, encoder.get_input_embeddings().weight.shape[0])
     with torch.no_grad():
@@ -630,6 +631,7 @@ def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new
         bias[: old_bias.shape[0]] = old_bias
         bias[new_ids] = expand_mlm_bias(old_bias, piece_ids)[old_bias.shape[0]:]
     mlm.save_pretrained(out_dir)
+    return True
 
 
 def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, reduce_texts: Sequence[str],
@@ -767,7 +769,11 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     rows = _init_rows(encoder, pooling, base_tok, expanded, new_ids, (train, heldout), cfg, out_dir, progress, clock)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
-    _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids)
+    if not _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids) and cfg.model_kind == "sparse":
+        log.warning("stage 1: %s ships no masked-LM head, so the sparse model's head starts random: train it "
+                    "first (the warmup preset's mlm stage) or start from a model with a head", cfg.base_model)
+    if cfg.model_kind == "sparse":
+        convert_to_sparse(out_dir)
     write_domain_ids(out_dir, new_ids)
     clock.lap("save")
     report = _report(plan, base_tok, expanded, entries, cfg, rows, clock)

@@ -36,3 +36,16 @@ def write_probe(word: str, out_dir: str) -> dict:
     write_jsonl(out / "adaptation_pairs.jsonl", data.train_pairs)
     folder = write_beir(out / "probe", data.corpus, data.queries, data.qrels)
     return {"word": data.word, "task": str(folder), "adaptation_pairs": str(out / "adaptation_pairs.jsonl")}
+
+
+@task(name="probe-activation", cache_policy=NO_CACHE)
+def probe_activation(models: dict[str, str], word: str) -> dict:
+    """For every sparse (SPLADE) model of ``models``: the invented word's weight where the probe
+    names it and in its queries, which only describe it (dense models have no such weight)."""
+    from mosaic_core.models import resolve_model
+    from mosaic_core.probe import sparse_activation
+    from mosaic_core.sparse import is_sparse_model, sparse_encoder
+
+    data = make_probe(word)
+    sparse = {name: resolve_model(path) for name, path in models.items() if is_sparse_model(resolve_model(path))}
+    return {name: sparse_activation(sparse_encoder(path), data) for name, path in sparse.items()}

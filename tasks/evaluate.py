@@ -136,14 +136,16 @@ def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], bas
 
 def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return cache_key("eval", model_fingerprint(resolve_model(parameters["model_path"])),
-                     task_checksum(parameters["spec"]), CODE_VERSION, str(parameters["batch_size"]))
+                     task_checksum(parameters["spec"]), CODE_VERSION, str(parameters["batch_size"]),
+                     parameters["model_kind"])
 
 
 @task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
       persist_result=True, retries=0)
-def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64) -> dict:
+def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64,
+                  model_kind: str = "auto") -> dict:
     """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10)."""
-    score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size)
+    score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size, model_kind)
     score.task = spec.name
     log.info("%s on %s: %s = %.4f", model_name, spec.name, score.metric, score.value)
     return dataclasses.asdict(score)

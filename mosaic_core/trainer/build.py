@@ -16,6 +16,7 @@ from mosaic_core.encode import max_positions, resolve_precision
 from mosaic_core.losses import JointLoss
 from mosaic_core.model import DualEncoder, PairCollator, build_model
 from mosaic_core.modeldir import DOMAIN_IDS, read_domain_ids
+from mosaic_core.sparse import is_sparse_dir
 from mosaic_core.trainer.data import BatchPlan, PairSet
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ def resolve_device(stage: StageConfig) -> torch.device:
     return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
 
 
-def check_inputs(stage: StageConfig, input_model: str, domain_ids: torch.Tensor | None, data: PairSet) -> None:
+def check_inputs(stage: StageConfig, input_model: str, input_model_dir: str, domain_ids: torch.Tensor | None,
+                 data: PairSet) -> None:
     if stage.uses_mlm and stage.mlm_tokens == "domain" and domain_ids is None:
         raise StageInputError(f"stage {stage.name!r} ({stage.kind}) masks domain tokens, but {input_model} has no "
                               f"{DOMAIN_IDS}: run stage 1 (`mosaic vocab`) first, or set mlm_tokens='all'")
@@ -53,6 +55,9 @@ def check_inputs(stage: StageConfig, input_model: str, domain_ids: torch.Tensor 
                               "(see its vocab_report.md): lower vocab min_count, or set mlm_tokens='all'")
     if len(data) < 2:
         raise StageInputError(f"stage {stage.name!r} needs at least 2 training pairs, got {len(data)}")
+    if stage.model_kind == "dense" and is_sparse_dir(input_model_dir):
+        raise StageInputError(f"{input_model} is a sparse (SPLADE) model: train it with model_kind 'sparse' "
+                              "(`--model-kind sparse`)")
     if stage.hard_negatives and not data.negatives:
         raise StageInputError(f"stage {stage.name!r} uses {stage.hard_negatives} hard negatives per pair, but the "
                               "training pairs carry none: filter them with `mosaic filter` (it keeps each pair's "
@@ -100,6 +105,12 @@ def build_scheduler(optimizer: torch.optim.Optimizer, stage: StageConfig, total:
     name = "constant_with_warmup" if stage.schedule == "constant" else stage.schedule
     return get_scheduler(name, optimizer, num_warmup_steps=math.ceil(stage.warmup_ratio * total),
                          num_training_steps=total)
+
+
+def build_loss(stage: StageConfig) -> JointLoss:
+    """The stage's loss: cosine InfoNCE for a dense model, SPLADE's dot product + FLOPS for a sparse one."""
+    flops = (stage.flops_query, stage.flops_document) if stage.model_kind == "sparse" else None
+    return JointLoss(stage.alpha, stage.scale, stage.symmetric, flops)
 
 
 @dataclass
@@ -169,13 +180,15 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     rank, size = world()
     device = resolve_device(stage)
     domain_ids = read_domain_ids(model_dir)
-    check_inputs(stage, input_model, domain_ids, data)
+    check_inputs(stage, input_model, model_dir, domain_ids, data)
     torch.manual_seed(stage.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model, head_loaded = build_model(model_dir)
-    if stage.uses_mlm and not head_loaded:
+    model, head_loaded = build_model(model_dir, kind=stage.model_kind)
+    if (stage.uses_mlm or stage.model_kind == "sparse") and not head_loaded:
         log.warning("%s has no MLM head: stage %s trains the head's transform from scratch (consider the mlm "
-                    "warm-up stage)", input_model, stage.name)
+                    "warm-up stage)%s", input_model, stage.name,
+                    "; a sparse model's representations are that head's output, meaningless until it is trained"
+                    if stage.model_kind == "sparse" else "")
     lengths = capped_lengths(stage, model, input_model)
     model.to(device).train()
     dev_domain = domain_ids.to(device) if domain_ids is not None else None
@@ -190,7 +203,7 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
         model=model, head_loaded=head_loaded, tokenizer=tokenizer, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, stage, total),
         collate=build_collator(tokenizer, stage, domain_ids, lengths),
-        plan=plan, loss_fn=JointLoss(stage.alpha, stage.scale, stage.symmetric), lengths=lengths,
+        plan=plan, loss_fn=build_loss(stage), lengths=lengths,
         domain_ids=domain_ids, mlm_domain=dev_domain if stage.mlm_tokens == "domain" else None, device=device,
         dtype=resolve_precision(stage.precision, device), chunk=stage.chunk_size or plan.batch_size, total=total,
         rank=rank, world=size, net=wrap_for_ranks(model, device, size))

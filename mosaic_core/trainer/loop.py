@@ -90,7 +90,8 @@ def mlm_window_mean(window: list[dict], world: int) -> float:
 def loss_terms(stage: StageConfig) -> list[str]:
     """The loss terms this stage computes: the bar and the log show only these."""
     mlm = stage.kind == "mlm" or (stage.kind == "joint" and stage.alpha > 0)
-    return [t for t, on in (("mlm", mlm), ("contrastive", stage.kind != "mlm")) if on]
+    flops = stage.kind != "mlm" and stage.model_kind == "sparse"
+    return [t for t, on in (("mlm", mlm), ("contrastive", stage.kind != "mlm"), ("flops", flops)) if on]
 
 
 def keeps_best(stage: StageConfig) -> bool:

@@ -67,19 +67,34 @@ def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_
 
 def validation_scorer(parts: TrainParts, probe: RetrievalProbe) -> Callable[[DualEncoder], dict]:
     """Validation retrieval with the model being trained (eval mode, fp32, the stage's lengths)."""
+    lengths = {"query": parts.lengths.query, "document": parts.lengths.document}
+
     def score(model: DualEncoder) -> dict:
         was_training = model.training
         model.eval()
         encoder = Encoder(model.encoder, parts.tokenizer, model.pooling, True, parts.device, None, parts.lengths.query)
-        lengths = {"query": parts.lengths.query, "document": parts.lengths.document}
 
         def embed(texts: list[str], kind: str) -> torch.Tensor:
+            if model.kind == "sparse":
+                return sparse_representations(model, parts, texts, lengths[kind])
             return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))
         try:
             return probe.score(embed)
         finally:
             model.train(was_training)
     return score
+
+
+@torch.no_grad()
+def sparse_representations(model: DualEncoder, parts: TrainParts, texts: list[str], max_length: int,
+                           batch_size: int = 32) -> torch.Tensor:
+    """``[N, V]`` SPLADE representations (fp32, on the CPU): relevance is their dot product."""
+    out = []
+    for lo in range(0, len(texts), batch_size):
+        enc = parts.tokenizer(texts[lo:lo + batch_size], padding=True, truncation=True, max_length=max_length,
+                              return_tensors="pt").to(parts.device)
+        out.append(model.embed(enc["input_ids"], enc["attention_mask"]).float().cpu())
+    return torch.cat(out)
 
 
 def _restart_log(log_path: Path, resumed_from: int | None) -> None:

@@ -41,6 +41,11 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     general, joint, _ = multistage.train.stages
     assert general.pairs and multistage.train.columns_for(general) == ("query", "positive")
     assert multistage.train.columns_for(joint) == ("query", "document")  # the run's pairs and columns
+    sparse = PipelineConfig.load(yaml.safe_load((root / "docs" / "sparse.example.yaml").read_text()))
+    assert sparse.vocab.model_kind == "sparse" and {s.model_kind for s in sparse.train.stages} == {"sparse"}
+    dense_stage = {"base_model": "m", "model_kind": "sparse", "vocab": {"model_kind": "dense"}}
+    with pytest.raises(ValueError, match="set model_kind only"):
+        PipelineConfig.model_validate(dense_stage)
     islamic = PipelineConfig.load(yaml.safe_load((root / "docs" / "islamic.example.yaml").read_text()))
     assert islamic.islamic.threshold == 0.5 and islamic.gate_tasks() == ["heldout", "verses"]
     assert [t.kind for t in islamic.eval_specs("/data")] == ["heldout", "verses"]
