@@ -20,6 +20,7 @@ from transformers import AutoModel
 from mosaic_core.encode import Encoder
 from mosaic_core.heldout import SELECT_METRIC, RetrievalProbe
 from mosaic_core.model import build_model, save_model
+from mosaic_core.sparse import is_sparse_dir, sparse_encoder
 from mosaic_core.modeldir import copy_domain_ids
 
 log = logging.getLogger(__name__)
@@ -40,17 +41,27 @@ def interpolate(start: dict[str, torch.Tensor], end: dict[str, torch.Tensor], we
 
 def merge_models(start_dir: str, end_dir: str, weight: float, out_dir: Path) -> Path:
     """Write the interpolated model (``end_dir``'s files and MLM head, interpolated encoder)."""
-    model, _ = build_model(end_dir)
+    model, _ = build_model(end_dir, kind="sparse" if is_sparse_dir(end_dir) else "dense")
+    end = model.encoder.state_dict()
     start = AutoModel.from_pretrained(start_dir, dtype=torch.float32).state_dict()
-    model.encoder.load_state_dict(interpolate(start, model.encoder.state_dict(), weight))
+    # A sparse model's encoder comes out of its masked-LM checkpoint, which has no pooler; AutoModel adds one.
+    start = {k: v for k, v in start.items() if k in end or not k.startswith("pooler.")}
+    model.encoder.load_state_dict(interpolate(start, end, weight))
     save_model(model, end_dir, Path(out_dir))
     copy_domain_ids(end_dir, Path(out_dir))
     return Path(out_dir)
 
 
 def validation_score(model_dir: str, probe: RetrievalProbe, query_length: int, document_length: int) -> dict:
-    encoder = Encoder.load(model_dir, normalize=True, precision="fp32")
     lengths = {"query": query_length, "document": document_length}
+    if is_sparse_dir(model_dir):
+        st = sparse_encoder(model_dir)
+
+        def embed(texts: list[str], kind: str) -> torch.Tensor:  # SPLADE weights: relevance is their dot product
+            st.max_seq_length = lengths[kind]
+            return st.encode(texts, convert_to_tensor=True, convert_to_sparse_tensor=False).float().cpu()
+        return probe.score(embed)
+    encoder = Encoder.load(model_dir, normalize=True, precision="fp32")
 
     def embed(texts: list[str], kind: str) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))

@@ -15,6 +15,7 @@ from mosaic_core.diagnose import diagnose_term
 from mosaic_core.gradcache import joint_backward
 from mosaic_core.heldout import RetrievalProbe
 from mosaic_core.losses import JointLoss
+from mosaic_core.merge import merge_models, validation_score
 from mosaic_core.model import PairCollator, build_model
 from mosaic_core.probe import make_probe, sparse_activation
 from mosaic_core.sparse import flops, is_sparse_dir, splade, term_activation
@@ -112,10 +113,18 @@ def test_sparse_stage1_and_training_write_sparse_encoders_that_score_as_trained(
 
     diagnosis = diagnose_term(str(tmp_path / "out"), "cardiomyocyte", texts[:1])
     assert diagnosis.activation == activation and "SPLADE representation" in diagnosis.to_text()
-    probe = make_probe("quorvane")
-    seen = sparse_activation(trained, probe)
-    assert seen["naming"]["texts"] == 8 and seen["describing"]["texts"] == len(probe.queries)
+    invented = make_probe("quorvane")
+    seen = sparse_activation(trained, invented)
+    assert seen["naming"]["texts"] == 8 and seen["describing"]["texts"] == len(invented.queries)
     assert seen["naming"]["mean_weight"] > 0  # the word's own pieces fire where it is written
+
+    merged = merge_models(str(tmp_path / "s1"), str(tmp_path / "out"), 0.5, tmp_path / "merged")
+    assert is_sparse_dir(merged)  # WiSE-FT of sparse models stays sparse: encoder halfway, the end's head
+    halfway = SparseEncoder(str(merged), device="cpu")[0].auto_model.bert.embeddings.word_embeddings.weight
+    ends = [SparseEncoder(str(tmp_path / d), device="cpu")[0].auto_model.bert.embeddings.word_embeddings.weight
+            for d in ("s1", "out")]
+    torch.testing.assert_close(halfway, (ends[0] + ends[1]) / 2)
+    assert 0 < validation_score(str(merged), probe, 16, 32)["ndcg@10"] <= 1
 
     with pytest.raises(StageInputError, match="sparse"):
         train_stage(str(tmp_path / "out"), pairs, stage.model_copy(update={"model_kind": "dense"}), tmp_path / "d")
