@@ -4,7 +4,8 @@
 # run's held-out pairs:
 #   - selected tokens (min_count 20) with mean-of-pieces rows,
 #   - selected tokens with distilled rows (pooled target, and token-state target),
-#   - fewer tokens (min_count 50) distilled at a higher rate (3e-3),
+#   - fewer tokens (min_count 50) distilled at a higher rate (3e-3), DISTILL_STEPS steps,
+#   - the defaults (min_count 50, rate 3e-3, distilled for one pass over the corpus: 537 steps here),
 #   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
 #     the distilled stage 1,
 #   - contrastive only from the base model, without new vocabulary, for 2·STEPS steps.
@@ -21,16 +22,18 @@ DISTILL_STEPS=${3:-400}
 SKIP_STAGE1=1 source "$(dirname "$0")/real_data.sh"
 VOCAB=(mosaic vocab --corpus "$PAIRS" --columns title --columns abstract --base-model offline:all-MiniLM-L6-v2)
 
-"${VOCAB[@]}" --out "$WORK/stage1-mean" --init mean
-"${VOCAB[@]}" --out "$WORK/stage1-pooled" --distill-target pooled --distill-steps "$DISTILL_STEPS"
-"${VOCAB[@]}" --out "$WORK/stage1-tokens" --distill-target tokens --distill-steps "$DISTILL_STEPS"
+OLD=(--min-count 20 --distill-lr 0.001)  # the defaults before 2026-11-23, evening
+"${VOCAB[@]}" "${OLD[@]}" --out "$WORK/stage1-mean" --init mean
+"${VOCAB[@]}" "${OLD[@]}" --out "$WORK/stage1-pooled" --distill-target pooled --distill-steps "$DISTILL_STEPS"
+"${VOCAB[@]}" "${OLD[@]}" --out "$WORK/stage1-tokens" --distill-target tokens --distill-steps "$DISTILL_STEPS"
 "${VOCAB[@]}" --out "$WORK/stage1-mc50" --min-count 50 --distill-lr 0.003 --distill-steps "$DISTILL_STEPS"
+"${VOCAB[@]}" --out "$WORK/stage1-default"
 mosaic train --model "$WORK/stage1-pooled" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
 mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/contrastive-only" \
   --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
 mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model base=offline:all-MiniLM-L6-v2 --model stage1-mean="$WORK/stage1-mean" \
   --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" \
-  --model stage1-mc50="$WORK/stage1-mc50" \
+  --model stage1-mc50="$WORK/stage1-mc50" --model stage1-default="$WORK/stage1-default" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model contrastive-only="$WORK/contrastive-only/1-contrastive"

@@ -279,7 +279,7 @@ def vocab(
     ] = None,
     min_frequency: Annotated[int, typer.Option(help="Minimum corpus frequency of a domain-tokenizer token.")] = 2,
     min_count: Annotated[int, typer.Option(help="Add a token only if the expanded tokenizer uses it at least this "
-                                           "often in the corpus.")] = 20,
+                                           "often in the corpus.")] = VocabConfig().min_count,
     max_tokens: Annotated[Optional[int], typer.Option(help="Add at most this many tokens (the most saving).")] = None,
     init: Annotated[str, typer.Option(help="New rows: 'distill' (mean of pieces, then trained to reproduce the base "
                                       "model's embeddings) or 'mean'.")] = "distill",
@@ -287,7 +287,7 @@ def vocab(
     distill_steps: Annotated[Optional[int], typer.Option(help="Distillation steps at most (default: "
                                                          f"{DistillConfig().max_steps}, or one pass over the corpus if "
                                                          "shorter; held-out texts stop it earlier).")] = None,
-    distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = 1e-3,
+    distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = DistillConfig().lr,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
