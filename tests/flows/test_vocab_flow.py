@@ -16,7 +16,7 @@ PAIRS = [{"query": "Cardiomyopathy in the patient", "document": "Cardiomyopathy 
 def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
     corpus = tmp_path / "pairs.jsonl"
     corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
-    cfg = VocabConfig(base_model=str(tiny_bert(tmp_path / "base")), vocab_size=300, heldout_every=5)
+    cfg = VocabConfig(base_model=str(tiny_bert(tmp_path / "base")), vocab_size=300, heldout_every=5, min_count=20)
     out = tmp_path / "expanded"
     first = vocab_flow(str(corpus), cfg, str(out))
     assert first["tokens_added"] > 0 and (out / "domain_token_ids.json").exists()
