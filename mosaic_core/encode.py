@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from mosaic_core.models import resolve_model
+from mosaic_core.sparse import is_sparse_module
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def read_st_pooling(model_dir: str) -> tuple[Pooling | None, bool | None]:
     normalize = any(e.get("type", "").endswith("Normalize") for e in entries)
     pooling: Pooling | None = None
     for e in entries:
-        if e.get("type", "").endswith("Pooling") and "sparse_encoder" not in e["type"]:  # SpladePooling: no states
+        if e.get("type", "").endswith("Pooling") and not is_sparse_module(e):  # SpladePooling: no states
             cfg = json.loads((root / e["path"] / "config.json").read_text())
             # sentence-transformers < 6 writes pooling_mode_*_token(s) flags; 6.x writes pooling_mode.
             if cfg.get("pooling_mode_cls_token") or cfg.get("pooling_mode") == "cls":

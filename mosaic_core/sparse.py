@@ -42,7 +42,12 @@ def is_sparse_dir(model_dir: str | Path) -> bool:
     modules = Path(model_dir) / "modules.json"
     if not modules.is_file():
         return False
-    return any("sparse_encoder" in e.get("type", "") for e in json.loads(modules.read_text()))
+    return any(is_sparse_module(e) for e in json.loads(modules.read_text()))
+
+
+def is_sparse_module(entry: dict) -> bool:
+    """Whether a ``modules.json`` entry is one of sentence-transformers' sparse-encoder modules."""
+    return "sparse_encoder" in entry.get("type", "")
 
 
 def sparse_encoder(resolved: str, device: str | None = "cpu"):

@@ -47,5 +47,6 @@ def probe_activation(models: dict[str, str], word: str) -> dict:
     from mosaic_core.sparse import is_sparse_model, sparse_encoder
 
     data = make_probe(word)
-    sparse = {name: resolve_model(path) for name, path in models.items() if is_sparse_model(resolve_model(path))}
-    return {name: sparse_activation(sparse_encoder(path), data) for name, path in sparse.items()}
+    resolved = {name: resolve_model(path) for name, path in models.items()}
+    return {name: sparse_activation(sparse_encoder(path), data) for name, path in resolved.items()
+            if is_sparse_model(path)}
