@@ -34,13 +34,18 @@ from mosaic_core.pubmed import Citation, iter_citations  # noqa: E402
 
 
 def build_file(n: int, out: Path) -> Path:
-    """A baseline-sized file made by replicating the real current-shape articles."""
+    """A baseline-sized file made by replicating the real current-shape articles, each copy
+    with a PMID of its own (a real file never repeats one; the parser treats a repeat as
+    corruption)."""
     articles = []
     for f in sorted((SHARED / "pubmed").glob("pubmed21n*.xml.gz")):
         articles += re.findall(rb"<PubmedArticle>.*?</PubmedArticle>", gzip.decompress(f.read_bytes()), re.S)
     if not articles:
         sys.exit(f"no real PubMed files under {SHARED / 'pubmed'}: this benchmark needs ../shared/data")
-    body = b"\n".join(articles[i % len(articles)] for i in range(n))
+    pmid = re.compile(rb"<PMID Version=\"(\d+)\">\d+</PMID>")
+    body = b"\n".join(
+        pmid.sub(rb'<PMID Version="\1">%d</PMID>' % (i + 1), articles[i % len(articles)], count=1) for i in range(n)
+    )
     xml = b'<?xml version="1.0" encoding="utf-8"?>\n<PubmedArticleSet>\n' + body + b"\n</PubmedArticleSet>\n"
     out.write_bytes(gzip.compress(xml, compresslevel=6))
     return out

@@ -5,18 +5,30 @@ Handles both shapes found in the wild:
 * ``<PubmedArticleSet><PubmedArticle><MedlineCitation>…`` (current baseline/update files)
 * ``<MedlineCitationSet><MedlineCitation>…`` (older MEDLINE dumps)
 
-Memory stays flat in file size: ``lxml.etree.iterparse`` delivers one citation at a time and
-every processed subtree is cleared and detached from the root.
+The fields we read are extracted from the bytes of each ``<MedlineCitation>`` element without
+building a tree: ``bytes.find`` on the literal tag names (memchr speed) and a few compiled
+patterns inside one citation. Building element trees was two thirds of parse time, and half
+of every current file (``<PubmedData>``, author lists) is never read at all; this way a
+single core parses at the speed of ``pubmedparser2``'s C (``bench/ingest.py`` prints the
+ratio). Inline markup (``<i>``, ``<sup>``, MathML) is flattened to its text, the five XML
+entities and character references are decoded, whitespace is collapsed.
 
-A truncated or malformed file does not lose what came before the fault: every citation that
-was complete before it has already been yielded, and :class:`PubmedParseError` is raised
-afterwards with the byte-level reason, so the caller can keep the good part, mark the file
-partial and fail loudly.
+Memory stays flat in file size: the buffer holds one read chunk and at most one citation.
+
+What is checked, since no XML parser validates the whole file: every citation and deletion
+block closes; between them there is only markup (a stray ``<`` is an error); the file ends
+with the root's closing tag; the declared encoding is UTF-8. A citation whose own content is
+broken (no PMID, an unclosed field, bad UTF-8, an undefined entity) is yielded as a
+:class:`MalformedCitation` and the file goes on. A truncated or malformed file does not lose
+what came before the fault: every complete citation is yielded, then
+:class:`PubmedParseError` is raised with the reason, so the caller can keep the good part,
+mark the file partial and fail loudly.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +42,6 @@ _MONTHS = {
         ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
     )
 }
-# Elements whose "end" event we need; everything else stays in C.
-_TAGS = ("MedlineCitation", "PubmedArticle", "PubmedBookArticle", "DeleteCitation")
 
 
 class PubmedParseError(Exception):
@@ -82,7 +92,8 @@ class Citation:
 
 @dataclass(slots=True)
 class MalformedCitation:
-    """A citation element that parsed as XML but lacks what a citation must have (a PMID)."""
+    """A citation whose own content is broken (no PMID, a field that never closes, bytes that
+    are not UTF-8, an undefined entity); the citations around it are unaffected."""
 
     record_index: int
     reason: str
@@ -95,105 +106,207 @@ class DeletedPmids:
     pmids: list[int] = field(default_factory=list)
 
 
-def _norm(text: str) -> str:
-    """Collapse runs of whitespace (XML pretty-printing leaks newlines into mixed content)."""
+class _BadRecord(Exception):
+    """A citation's own content is broken; the file itself may still be fine."""
+
+
+_TAG = re.compile(rb"<[^>]*>")
+_ENTITY = re.compile(r"&([^;&\s]*);")
+_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+
+
+def _entity(m: re.Match) -> str:
+    name = m.group(1)
+    if name in _NAMED:
+        return _NAMED[name]
+    try:
+        code = int(name[2:], 16) if name[:2] == "#x" else int(name[1:]) if name[:1] == "#" else -1
+    except ValueError:
+        code = -1
+    # XML 1.0's Char production: a reference to anything else is not well-formed.
+    if code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or 0x10000 <= code <= 0x10FFFF:
+        return chr(code)
+    raise _BadRecord(f"undefined entity or invalid character reference &{name};")
+
+
+def _decode(raw: bytes) -> str:
+    text = raw.decode("utf-8")  # UnicodeDecodeError: a malformed citation (see _citation)
+    return _ENTITY.sub(_entity, text) if "&" in text else text
+
+
+def _text(raw: bytes) -> str:
+    """Text content of an element's inner bytes: inline markup (<i>, <sup>, MathML…) flattened,
+    entities decoded, runs of whitespace collapsed to one space (what pretty-printing leaks
+    into mixed content), ends stripped. Most texts hold no space but single ASCII ones, and
+    ``isprintable()`` says so in one pass (every other space is a Unicode separator or a
+    control character), so they skip the split."""
+    text = _decode(_TAG.sub(b"", raw) if b"<" in raw else raw)
+    if text.isprintable() and "  " not in text:
+        return text.strip()
     return " ".join(text.split())
 
 
-def _fold(text: str) -> str:
-    """Same result as :func:`_norm`, faster for the common case: an ASCII XML text can only
-    hold the whitespace tested here (XML 1.0 forbids the other control characters), and
-    ``isascii()`` is O(1)."""
-    if text.isascii() and not ("\n" in text or "  " in text or "\t" in text or "\r" in text):
-        return text.strip()
-    return _norm(text)
+def _texts(raws: list[bytes]) -> list[str]:
+    """:func:`_text` of each of many short items (MeSH terms, keywords…), the non-empty ones.
+    Items without markup, entities or odd spaces (nearly all) are decoded in one call, joined
+    by "<" (which no text holds raw)."""
+    joined = b"<".join(raws)
+    if b"&" not in joined and joined.count(b"<") == len(raws) - 1:
+        text = joined.decode("utf-8")
+        if text.isprintable() and "  " not in text:
+            return [t for t in (t.strip() for t in text.split("<")) if t] if raws else []
+    return [t for t in map(_text, raws) if t]
 
 
-def _text(elem: etree._Element | None) -> str:
-    """Full text of an element with inline markup (<i>, <sup>, MathML…) flattened to text."""
-    if elem is None:
-        return ""
-    if len(elem) == 0:  # leaf: the common case, no itertext needed
-        return _fold(elem.text or "")
-    return _norm("".join(elem.itertext()))
+def _inner(r: bytes, name: bytes, start: int, end: int) -> tuple[bytes, bytes, int] | None:
+    """(start tag's attributes, content, end of the element) of the first ``<name>`` element in
+    ``r[start:end]``, or None. Elements named here never nest in themselves."""
+    opening = b"<" + name
+    n = len(opening)
+    while True:
+        i = r.find(opening, start, end)
+        if i < 0:
+            return None
+        j = r.find(b">", i, end)
+        if j < 0:
+            raise _BadRecord(f"<{name.decode()}> start tag never closes")
+        if r[i + n] in _NAME_END:
+            break
+        start = j  # a longer name, e.g. <TitleX>
+    if r[j - 1] == 0x2F:  # "/>": empty element
+        return r[i + n : j - 1], b"", j + 1
+    close = b"</" + name + b">"
+    k = r.find(close, j, end)
+    if k < 0:
+        raise _BadRecord(f"<{name.decode()}> is never closed")
+    return r[i + n : j], r[j + 1 : k], k + len(close)
 
 
-# Compiled XPaths return whole lists in one C call; per-element Python loops over MeSH and
-# keyword lists (often 10-20 items) cost more than parsing them.
-_X_MESH = etree.XPath("MeshHeadingList/MeshHeading/DescriptorName/text()", smart_strings=False)
-_X_KEYWORD_TEXT = etree.XPath("KeywordList/Keyword/text()", smart_strings=False)
-_X_KEYWORD_MARKUP = etree.XPath("boolean(KeywordList/Keyword/*)")
-_X_KEYWORDS = etree.XPath("KeywordList/Keyword")
+def _plain(r: bytes, opening: bytes, closing: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+    """(content, end) of the first ``opening…closing`` element in ``r[start:end]`` whose start
+    tag is exactly ``opening`` (an element the DTD gives no attributes), or None."""
+    i = r.find(opening, start, end)
+    if i < 0:
+        return None
+    i += len(opening)
+    k = r.find(closing, i, end)
+    if k < 0:
+        raise _BadRecord(f"{opening.decode()} is never closed")
+    return r[i:k], k + len(closing)
 
 
-def _keywords(mc: etree._Element) -> list[str]:
-    if _X_KEYWORD_MARKUP(mc):  # a keyword with <i>…: one text node is not one keyword
-        return [_text(k) for k in _X_KEYWORDS(mc)]
-    return [_fold(t) for t in _X_KEYWORD_TEXT(mc)]
+def _attribute(attrs: bytes, pattern: re.Pattern) -> str | None:
+    if not attrs or (m := pattern.search(attrs)) is None:
+        return None
+    value = m.group(1) if m.group(1) is not None else m.group(2)
+    return _decode(value).translate(_ATTR_SPACE)
 
 
-def _pub_date(pd: etree._Element) -> tuple[str, int | None]:
-    fields = {child.tag: (child.text or "").strip() for child in pd}
-    year = fields.get("Year")
-    if year is None:
-        medline = fields.get("MedlineDate", "")
-        return medline, int(medline[:4]) if medline[:4].isdigit() else None
-    parts = [year]
-    month = fields.get("Month", "")
-    m = int(month) if month.isdigit() else _MONTHS.get(month[:3].lower())
-    if m:
-        parts.append(f"{m:02d}")
-        day = fields.get("Day", "")
-        if day.isdigit():
-            parts.append(f"{int(day):02d}")
-    return "-".join(parts), int(year) if year.isdigit() else None
+_ATTR_SPACE = str.maketrans("\t\n\r", "   ")  # XML attribute-value normalisation
+_NAME_END = frozenset(b" >/\t\n\r")
+_X_VERSION = re.compile(rb"""\sVersion\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_X_LABEL = re.compile(rb"""\sLabel\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+# Repeated fields, read with one pattern each; a name followed by a space, ">" or "/>" only,
+# so <PublicationType> never matches <PublicationTypeList>.
+_X_LANGUAGE = re.compile(rb"<Language(?:\s[^>]*)?>(.*?)</Language>", re.S)
+_X_PUBLICATION_TYPE = re.compile(rb"<PublicationType(?:\s[^>]*)?>(.*?)</PublicationType>", re.S)
+_X_KEYWORD = re.compile(rb"<Keyword(?:\s[^>]*)?>(.*?)</Keyword>", re.S)
+_X_MESH = re.compile(rb"<DescriptorName(?:\s[^>]*)?>([^<]*)</DescriptorName>")  # never marked up
+_X_DELETED_PMID = re.compile(rb"<PMID(?:\s[^>]*)?>\s*(\d+)\s*</PMID>")
 
 
-def _citation(mc: etree._Element, index: int) -> Citation | MalformedCitation:
-    # One pass over direct children, dispatching on tag: ElementPath look-ups (find/iterfind)
-    # cost more than the whole libxml2 parse of a citation.
-    c = Citation(0, 1, "", [], [], "", _keywords(mc), [m.strip() for m in _X_MESH(mc)],
-                 [], [], "", "", None, index)
-    pmid_txt = ""
-    for child in mc:
-        tag = child.tag
-        if tag == "PMID":
-            pmid_txt = (child.text or "").strip()
-            version = child.get("Version", "1")
-            c.version = int(version) if version.isdigit() else 1
-        elif tag == "Article":
-            _article(child, c)
-            break  # PMID comes first, Article second; the lists were read by XPath
+def _pub_date(raw: bytes) -> tuple[str, int | None]:
+    """``YYYY[-MM[-DD]]`` and the year from a ``<PubDate>``'s content, or its free-text
+    ``<MedlineDate>`` ("1998 Dec-1999 Jan") and the year it starts with."""
+    text = _decode(raw)
+    if m := _X_PUB_DATE.match(text):
+        year, month, day = (g.strip() if g else "" for g in m.group(1, 2, 3))
+        mo = int(month) if month.isdigit() else _MONTHS.get(month[:3].lower())
+        if not mo:
+            date = year
+        elif day.isdigit():
+            date = f"{year}-{mo:02d}-{int(day):02d}"
+        else:
+            date = f"{year}-{mo:02d}"
+        return date, int(year) if year.isdigit() else None
+    medline = _X_MEDLINE_DATE.search(text)
+    date = medline.group(1).strip() if medline else ""
+    return date, int(date[:4]) if date[:4].isdigit() else None
+
+
+# The DTD's PubDate: (Year, ((Month, Day?) | Season)?) | MedlineDate.
+_X_PUB_DATE = re.compile(r"\s*<Year>([^<]*)</Year>\s*(?:<Month>([^<]*)</Month>\s*(?:<Day>([^<]*)</Day>)?)?")
+_X_MEDLINE_DATE = re.compile(r"<MedlineDate>([^<]*)</MedlineDate>")
+
+
+def _citation(r: bytes, index: int) -> Citation | MalformedCitation:
+    """The fields of one ``<MedlineCitation>…</MedlineCitation>`` (its bytes, both tags included)."""
+    try:
+        return _read_citation(r, index)
+    except _BadRecord as exc:
+        return MalformedCitation(index, str(exc))
+    except UnicodeDecodeError as exc:
+        return MalformedCitation(index, f"invalid UTF-8: {exc}")
+
+
+def _read_citation(r: bytes, index: int) -> Citation | MalformedCitation:
+    # Searches run forward in the NLM DTD's element order (PMID, Article: Journal (PubDate,
+    # Title), ArticleTitle, Abstract, Language, PublicationTypeList, VernacularTitle; then
+    # MeshHeadingList and KeywordList), each bounded by the element that holds it, so each
+    # byte is scanned about once, by bytes.find.
+    end = len(r)
+    a = r.find(b"<Article")
+    while a >= 0 and r[a + 8] not in _NAME_END:
+        a = r.find(b"<Article", a + 8)
+    if a < 0:
+        a = a_end = end
+    elif (a_end := r.find(b"</Article>", a)) < 0:
+        raise _BadRecord("<Article> is never closed")
+    pmid = _inner(r, b"PMID", 0, a)  # the citation's own PMID comes before its Article
+    pmid_txt = pmid[1].strip() if pmid else b""
     if not pmid_txt.isdigit():
-        return MalformedCitation(index, f"missing or non-numeric PMID {pmid_txt!r}")
-    c.pmid = int(pmid_txt)
+        return MalformedCitation(index, f"missing or non-numeric PMID {pmid_txt.decode('utf-8', 'replace')!r}")
+    attrs = pmid[0]
+    version = 1 if attrs == b' Version="1"' else int(v) if (v := _attribute(attrs, _X_VERSION) or "1").isdigit() else 1
+    c = Citation(int(pmid_txt), version, "", [], [], "", [], [], [], [], "", "", None, index)
+    pos = a_end
+    if (mesh := r.find(b"<MeshHeadingList", pos)) >= 0:
+        if (pos := r.find(b"</MeshHeadingList>", mesh)) < 0:
+            raise _BadRecord("<MeshHeadingList> is never closed")
+        c.mesh_headings = _texts(_X_MESH.findall(r, mesh, pos))
+    if (keywords := r.find(b"<KeywordList", pos)) >= 0:
+        c.keywords = _texts(_X_KEYWORD.findall(r, keywords, r.rfind(b"</KeywordList>")))
+    if a == end:
+        return c
+    pos = a
+    if (pub_date := r.find(b"<PubDate>", pos, a_end)) >= 0:
+        if (pos := r.find(b"</PubDate>", pub_date, a_end)) < 0:
+            raise _BadRecord("<PubDate> is never closed")
+        c.pub_date, c.pub_year = _pub_date(r[pub_date + 9 : pos])
+    if journal := _plain(r, b"<Title>", b"</Title>", pos, a_end):
+        c.journal = _text(journal[0])
+        pos = journal[1]
+    if title := _inner(r, b"ArticleTitle", pos, a_end):
+        c.title = _text(title[1])
+        pos = title[2]
+    if abstract := _plain(r, b"<Abstract>", b"</Abstract>", pos, a_end):
+        body, at = abstract[0], 0
+        while section := _inner(body, b"AbstractText", at, len(body)):
+            c.abstract_sections.append(_text(section[1]))
+            c.abstract_labels.append(_attribute(section[0], _X_LABEL) or "")
+            at = section[2]
+        pos = abstract[1]
+    if (language := r.find(b"<Language", pos, a_end)) >= 0:
+        if (pos := r.rfind(b"</Language>", language, a_end)) < 0:
+            raise _BadRecord("<Language> is never closed")
+        c.languages = _texts(_X_LANGUAGE.findall(r, language, pos + 11))
+    if (types := r.find(b"<PublicationTypeList>", pos, a_end)) >= 0:
+        if (pos := r.find(b"</PublicationTypeList>", types, a_end)) < 0:
+            raise _BadRecord("<PublicationTypeList> is never closed")
+        c.publication_types = _texts(_X_PUBLICATION_TYPE.findall(r, types, pos))
+    if vernacular := _plain(r, b"<VernacularTitle>", b"</VernacularTitle>", pos, a_end):
+        c.vernacular_title = _text(vernacular[0])
     return c
-
-
-def _article(article: etree._Element, c: Citation) -> None:
-    for child in article:
-        tag = child.tag
-        if tag == "ArticleTitle":
-            c.title = _text(child)
-        elif tag == "Journal":
-            for part in child:
-                if part.tag == "Title":
-                    c.journal = _text(part)
-                elif part.tag == "JournalIssue":
-                    for issue_part in part:
-                        if issue_part.tag == "PubDate":
-                            c.pub_date, c.pub_year = _pub_date(issue_part)
-        elif tag == "Abstract":
-            for at in child:
-                if at.tag == "AbstractText":
-                    c.abstract_sections.append(_text(at))
-                    c.abstract_labels.append(at.get("Label") or "")
-        elif tag == "Language":
-            c.languages.append((child.text or "").strip())
-        elif tag == "PublicationTypeList":
-            c.publication_types.extend(_text(p) for p in child)
-        elif tag == "VernacularTitle":
-            c.vernacular_title = _text(child)
 
 
 def read_chunks(path: str | Path, chunk_size: int = 1 << 20, gz_block: int = 1 << 14) -> Iterator[bytes]:
@@ -238,71 +351,110 @@ def read_chunks(path: str | Path, chunk_size: int = 1 << 20, gz_block: int = 1 <
             yield data
 
 
-def _pruned_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Decompressed XML with the blocks we never read cut out, chunk by chunk.
+class _BadFile(Exception):
+    """The file's structure is broken: nothing after this point can be trusted."""
 
-    About half of a current PubMed file is ``<PubmedData>`` (history, reference lists) and
-    ``<AuthorList>``; building an element tree for them dominated parse time, so they are
-    removed at the byte level before libxml2 sees them. Element names come from the NLM DTD
-    and these elements never nest in themselves, so the first closing tag ends the block.
-    ``bytes.find`` on the literal names runs at memchr speed (a regex alternation scanning
-    every ``<`` was 3x slower). Everything else, including a block left open by a
-    truncated file, reaches the XML parser unchanged.
+
+_OPEN = b"<MedlineCitation"
+_CLOSE = b"</MedlineCitation>"
+_DELETE_OPEN = b"<DeleteCitation"
+_DELETE_CLOSE = b"</DeleteCitation>"
+_ROOT_CLOSE = (b"</PubmedArticleSet>", b"</MedlineCitationSet>")
+_TAIL = 64
+_X_ENCODING = re.compile(rb"""<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
+
+
+def _find_open(buf: bytes, pos: int) -> int:
+    """Where the next ``<MedlineCitation`` start tag begins, -1 if none is known yet (the older
+    root ``<MedlineCitationSet>`` is not one; a name cut by the buffer's end is not decided)."""
+    i = buf.find(_OPEN, pos)
+    while i >= 0:
+        n = i + len(_OPEN)
+        if n >= len(buf):
+            return -1
+        if buf[n] != 0x53:  # "S"
+            return i
+        i = buf.find(_OPEN, n)
+    return i
+
+
+def _elements(chunks: Iterator[bytes]) -> Iterator[tuple[bool, bytes]]:
+    """``(is_citation, bytes)`` of every ``<MedlineCitation>`` and ``<DeleteCitation>``
+    element, in document order, each cut out of the stream whole.
+
+    The stretch from one citation's start tag to the next one's must hold exactly one
+    ``</MedlineCitation>``: none means the citation is cut or its closing tag damaged, two
+    mean a damaged start tag (a citation would be lost). Raises :class:`_BadFile` when the
+    structure is broken, after yielding every element before the damage. An error reading
+    the stream (a cut or corrupt ``.gz``) is raised after every element complete before it.
     """
+    upstream: Exception | None = None
+
+    def guarded() -> Iterator[bytes]:
+        nonlocal upstream
+        try:
+            yield from chunks
+        except (EOFError, isal_zlib.error, OSError) as exc:
+            upstream = exc
+
     buf = b""
-    for chunk in itertools.chain(chunks, [b""]):  # b"" marks the end of the stream
-        at_end = not chunk
-        buf += chunk
-        out = []
+    first = leading = True
+    for chunk in itertools.chain(guarded(), [None]):
+        at_end = chunk is None
+        if not at_end:
+            buf += chunk
+            if first and buf:
+                first = False
+                m = _X_ENCODING.match(buf.lstrip())
+                if m and m.group(1).lower() not in (b"utf-8", b"utf8", b"us-ascii"):
+                    raise _BadFile(f"the file declares encoding {m.group(1).decode()!r}; PubMed XML is UTF-8")
         pos = 0
-        nxt = [buf.find(opening) for opening in _SKIP_OPEN]
+        deletion = buf.find(_DELETE_OPEN)
+        start = _find_open(buf, 0)
         while True:
-            k = -1
-            for j, at in enumerate(nxt):
-                if at >= 0 and (k < 0 or at < nxt[k]):
-                    k = j
-            if k < 0:
-                # Keep a tail that could hold the start of a skipped tag cut by the chunk end.
-                keep = len(buf) if at_end else max(pos, len(buf) - _SKIP_TAIL)
-                out.append(buf[pos:keep])
-                buf = buf[keep:]
-                break
-            start = nxt[k]
-            name_end = start + len(_SKIP_OPEN[k])
-            tag_end = buf.find(b">", name_end)
-            if tag_end < 0:  # start tag cut by the chunk boundary
-                out.append(buf[pos:] if at_end else buf[pos:start])
-                buf = b"" if at_end else buf[start:]
-                break
-            if buf[name_end] not in _NAME_END:  # a longer name, e.g. <AuthorListX>
-                nxt[k] = buf.find(_SKIP_OPEN[k], name_end)
-                continue
-            if buf[tag_end - 1] == 0x2F:  # "/>": self-closing
-                end = tag_end + 1
-            else:
-                close = buf.find(_SKIP_CLOSE[k], tag_end)
-                if close < 0:  # block continues in the next chunk, or the file is truncated
-                    out.append(buf[pos:] if at_end else buf[pos:start])
-                    buf = b"" if at_end else buf[start:]
+            if deletion >= 0 and (start < 0 or deletion < start):
+                close = buf.find(_DELETE_CLOSE, deletion)
+                if close < 0:
+                    if at_end:
+                        raise upstream or _BadFile("the file ends inside a <DeleteCitation> block (truncated)")
+                    pos = deletion
                     break
-                end = close + len(_SKIP_CLOSE[k])
-            out.append(buf[pos:start])
-            pos = end
-            for j, at in enumerate(nxt):
-                if 0 <= at < pos:
-                    nxt[j] = buf.find(_SKIP_OPEN[j], pos)
-        data = b"".join(out)
-        if data:
-            yield data
-
-
-# The two largest blocks of a current file that we never read (~50 % of its bytes); the
-# smaller ones (grants, chemicals) cost more to find than to parse.
-_SKIPPED = (b"PubmedData", b"AuthorList")
-_SKIP_OPEN = tuple(b"<" + t for t in _SKIPPED)
-_SKIP_CLOSE = tuple(b"</" + t + b">" for t in _SKIPPED)
-_NAME_END = frozenset(b" \t\r\n/>")
-_SKIP_TAIL = max(len(t) for t in _SKIP_OPEN)
+                pos = close + len(_DELETE_CLOSE)
+                yield False, buf[deletion:pos]
+                deletion = buf.find(_DELETE_OPEN, pos)
+                continue
+            if start < 0:
+                # Keep a tail that could hold a start tag cut by the chunk's end, or the root's
+                # closing tag (checked at the end); what is dropped holds no citation.
+                if buf.find(_CLOSE, pos) >= 0:
+                    raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+                pos = max(pos, len(buf.rstrip()) - _TAIL)
+                break
+            following = _find_open(buf, start + len(_OPEN))
+            if following < 0 and not at_end:
+                pos = start  # the stretch to the next citation is not all here yet
+                break
+            bound = len(buf) if following < 0 else following
+            if start < deletion < bound:
+                bound = deletion
+            if leading and buf.find(_CLOSE, 0, start) >= 0:  # before the first citation
+                raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+            leading = False
+            close = buf.find(_CLOSE, start, bound)
+            if close < 0:
+                if following < 0 and deletion < start:
+                    raise upstream or _BadFile("the file ends inside a citation (truncated)")
+                raise _BadFile("a citation does not close before the next begins (damaged markup)")
+            end = close + len(_CLOSE)
+            yield True, buf[start:end]
+            if buf.find(_CLOSE, end, bound) >= 0:
+                raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+            pos, start = end, following
+        buf = buf[pos:]
+    if upstream is not None:
+        raise upstream
+    if not buf.rstrip().endswith(_ROOT_CLOSE):
+        raise _BadFile("the file ends before its root element closes (truncated)")
 
 
 def iter_citations(
@@ -315,50 +467,32 @@ def iter_citations(
     stream is truncated or malformed.
     """
     count = 0
-    parser = etree.XMLPullParser(
-        events=("end",),
-        tag=_TAGS,
-        resolve_entities=False,
-        load_dtd=False,
-        no_network=True,
-        huge_tree=True,
-        remove_comments=True,
-        remove_blank_text=True,
-    )
-
-    def drain() -> Iterator[Citation | MalformedCitation]:
-        nonlocal count
-        for _, elem in parser.read_events():
-            tag = elem.tag
-            if tag == "MedlineCitation":
-                count += 1
-                yield _citation(elem, count - 1)
-                parent = elem.getparent()
-                if parent is not None and parent.tag != "MedlineCitationSet":
-                    continue  # inside PubmedArticle: cleared with it
-            elif tag == "DeleteCitation" and deleted is not None:
-                deleted.pmids.extend(
-                    int(p.text) for p in elem.iterfind("PMID") if (p.text or "").strip().isdigit()
-                )
-            elem.clear(keep_tail=False)
-            parent = elem.getparent()
-            if parent is not None:
-                while elem.getprevious() is not None:
-                    del parent[0]
-
+    seen: set[tuple[int, int]] = set()
     try:
-        for data in _pruned_chunks(read_chunks(path)):
-            parser.feed(data)
-            yield from drain()
-        parser.close()
-        yield from drain()
+        for is_citation, raw in _elements(read_chunks(path)):
+            if is_citation:
+                c = _citation(raw, count)
+                if isinstance(c, Citation):
+                    if (c.pmid, c.version) in seen:
+                        # Corrupt deflate data decodes to copies of earlier bytes until the
+                        # CRC at the member's end says so: well-formed, and wrong.
+                        raise _BadFile(f"PMID {c.pmid} version {c.version} appears twice (the "
+                                       "stream repeats itself: corrupt compressed data?)")
+                    seen.add((c.pmid, c.version))
+                count += 1
+                yield c
+            elif deleted is not None:
+                deleted.pmids.extend(int(p) for p in _X_DELETED_PMID.findall(raw))
     # isal_zlib.error: corrupt deflate data or CRC; EOFError: a cut-off gzip stream.
-    except (etree.XMLSyntaxError, EOFError, isal_zlib.error, OSError) as exc:
-        # Citations completed earlier in the failing chunk are still queued: keep them.
-        yield from drain()
-        raise PubmedParseError(str(path), f"{type(exc).__name__}: {exc}", count) from exc
+    except (_BadFile, EOFError, isal_zlib.error, OSError) as exc:
+        _check_root(path, count, deleted)
+        raise PubmedParseError(str(path), f"{type(exc).__name__.lstrip('_')}: {exc}", count) from exc
+    _check_root(path, count, deleted)
+
+
+def _check_root(path: str | Path, count: int, deleted: DeletedPmids | None) -> None:
+    """An XML file with neither citations nor deletions is almost certainly the wrong file."""
     if count == 0 and not (deleted and deleted.pmids):
-        # An XML file with neither citations nor deletions is almost certainly the wrong file.
         root_tag = _root_tag(path)
         if root_tag not in ("PubmedArticleSet", "MedlineCitationSet"):
             raise PubmedParseError(
@@ -367,7 +501,7 @@ def iter_citations(
 
 
 def _root_tag(path: str | Path) -> str:
-    parser = etree.XMLPullParser(events=("start",), load_dtd=False, no_network=True)
+    parser = etree.XMLPullParser(events=("start",), load_dtd=False, no_network=True, recover=True)
     for data in read_chunks(path):
         parser.feed(data)
         for _, elem in parser.read_events():

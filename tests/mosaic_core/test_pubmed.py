@@ -96,11 +96,44 @@ def test_truncated_file_keeps_records_before_fault(tmp_path, name, monkeypatch):
     assert str(cut) in str(info.value) and "re-download" in str(info.value)
 
 
-def test_garbage_in_the_middle_is_an_error(tmp_path):
-    xml = pubmed_xml([article(1), article(2)]).replace("</PubmedArticle>", "</PubmedArticle><oops", 1)
-    with pytest.raises(PubmedParseError) as info:
-        list(iter_citations(write_xml(tmp_path / "f.xml", xml)))
-    assert info.value.records_before == 1
+@pytest.mark.parametrize(
+    "damage, kept",
+    [
+        (("</MedlineCitation>", "</MedlineCitatio>"), 0),  # the first citation never closes
+        (("<MedlineCitation ", "<MedlineCitatio "), 0),  # the first one's start tag is damaged
+        (("</PubmedArticle>\n<PubmedArticle><MedlineCitation ",  # the second one's start tag
+          "</PubmedArticle>\n<PubmedArticle><MedlineCitatio "), 1),
+    ],
+)
+def test_damaged_citation_markup_is_an_error_after_the_good_part(tmp_path, damage, kept):
+    """A damaged citation boundary would silently lose a citation: the file fails, loudly,
+    after every citation before the damage."""
+    xml = pubmed_xml([article(1), article(2), article(3)]).replace(*damage, 1)
+    assert damage[1] in xml
+    got = []
+    with pytest.raises(PubmedParseError, match="damaged markup") as info:
+        for c in iter_citations(write_xml(tmp_path / "f.xml", xml)):
+            got.append(c.pmid)
+    assert got == [1, 2, 3][:kept] and info.value.records_before == kept
+
+
+def test_a_broken_field_is_one_malformed_citation_and_the_file_goes_on(tmp_path):
+    broken = [
+        article(2).replace("</ArticleTitle>", ""),
+        article(3, title="Caf\udce9 au lait"),  # a lone byte that is not UTF-8
+        article(4, title="Tea &nbsp; milk"),  # an entity XML does not define
+        article(5, abstract="Ends <i>early"),
+    ]
+    xml = pubmed_xml([article(1), *broken, article(6)]).encode("utf-8", "surrogateescape")
+    path = tmp_path / "f.xml"
+    path.write_bytes(xml)
+    cits, _ = parse(path)
+    assert [c.pmid for c in cits if isinstance(c, Citation)] == [1, 5, 6]
+    assert cits[4].abstract_sections == ["Ends early"]  # an unclosed inline tag costs nothing
+    bad = [c for c in cits if isinstance(c, MalformedCitation)]
+    assert [c.record_index for c in bad] == [1, 2, 3]
+    assert "<ArticleTitle> is never closed" in bad[0].reason
+    assert "UTF-8" in bad[1].reason and "&nbsp;" in bad[2].reason
 
 
 def test_corrupt_gzip_keeps_records_before_the_damage(tmp_path):
@@ -120,18 +153,16 @@ def test_wrong_root_is_an_error(tmp_path):
         list(iter_citations(write_xml(tmp_path / "f.xml", "<html><body>404</body></html>")))
 
 
-def test_pruning_survives_any_chunk_boundary(tmp_path, monkeypatch):
-    """Skipped blocks split across read chunks must be removed exactly as in one piece."""
-    xml = pubmed_xml([article(i, keywords=("k",)) for i in range(1, 6)])
+@pytest.mark.parametrize("shape", ["pubmed", "medline"])
+def test_citations_cut_by_any_chunk_boundary_parse_as_in_one_piece(tmp_path, monkeypatch, shape):
+    xml = pubmed_xml([article(i, keywords=("k",), mesh=("Humans",)) for i in range(1, 6)], deleted=(9,), shape=shape)
     path = write_xml(tmp_path / "f.xml", xml)
-    reference = [(c.pmid, c.title, c.abstract(), c.keywords) for c in iter_citations(path)]
+    reference = parse(path)
+    assert [c.pmid for c in reference[0]] == [1, 2, 3, 4, 5] and reference[1] == [9]
     real = pubmed.read_chunks
     for size in (1, 7, 13, 64, 333):
         monkeypatch.setattr(pubmed, "read_chunks", lambda p, s=size: real(p, chunk_size=s))
-        assert [(c.pmid, c.title, c.abstract(), c.keywords) for c in iter_citations(path)] == reference
-        pruned = b"".join(pubmed._pruned_chunks(real(path, chunk_size=size)))
-        assert b"AuthorList" not in pruned and b"PubmedData" not in pruned
-        assert b"<Abstract>" in pruned
+        assert parse(path) == reference, size
 
 
 @pytest.mark.slow
@@ -152,26 +183,43 @@ def test_memory_is_flat_in_file_size(tmp_path):
 
 
 def _full_tree_parse(path):
-    """Reference: the whole file as one lxml tree (fine for small files), no pruning."""
+    """Reference: the whole file as one lxml tree (fine for small files), read with ElementPath:
+    an XML parser the byte-level one shares no code with."""
     from lxml import etree
+
+    def text(elem):
+        return " ".join("".join(elem.itertext()).split()) if elem is not None else ""
 
     with open(path, "rb") as fh:
         data = fh.read()
     root = etree.fromstring(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
     return [
-        (int(mc.findtext("PMID")), " ".join("".join(mc.find("Article/ArticleTitle").itertext()).split()))
+        (
+            int(mc.findtext("PMID")),
+            text(mc.find("Article/ArticleTitle")),
+            [text(a) for a in mc.iterfind("Article/Abstract/AbstractText")],
+            [a.get("Label") or "" for a in mc.iterfind("Article/Abstract/AbstractText")],
+            text(mc.find("Article/Journal/Title")),
+            [t for t in (text(k) for k in mc.iterfind("KeywordList/Keyword")) if t],
+            [text(d) for d in mc.iterfind("MeshHeadingList/MeshHeading/DescriptorName")],
+            [text(p) for p in mc.iterfind("Article/PublicationTypeList/PublicationType")],
+            [text(x) for x in mc.iterfind("Article/Language")],
+            text(mc.find("Article/VernacularTitle")),
+        )
         for mc in root.iter("MedlineCitation")
     ]
 
 
 def test_real_files_match_independent_parses():
-    """Every real file: PMIDs and titles as a full-tree parse sees them; current-shape files
-    also agree with pubmed_parser on PMID, title and journal."""
+    """Every real file: every field we read as a full-tree lxml parse sees it; current-shape
+    files also agree with pubmed_parser on PMID, title and journal."""
     pp = pytest.importorskip("pubmed_parser")
     folder = shared_data("pubmed")
     for path in sorted(folder.iterdir()):
         ours = [c for c in iter_citations(path) if isinstance(c, Citation)]
-        assert [(c.pmid, c.title) for c in ours] == _full_tree_parse(path), path.name
+        fields = [(c.pmid, c.title, c.abstract_sections, c.abstract_labels, c.journal, c.keywords,
+                   c.mesh_headings, c.publication_types, c.languages, c.vernacular_title) for c in ours]
+        assert fields == _full_tree_parse(path), path.name
         assert len({c.pmid for c in ours}) == len(ours), f"duplicate PMIDs in {path.name}"
         if not path.name.endswith(".gz"):
             continue  # this pubmed_parser version reads every path as gzip
