@@ -111,6 +111,8 @@ class _BadRecord(Exception):
 
 
 _TAG = re.compile(rb"<[^>]*>")
+_COMMENT = re.compile(rb"<!--.*?-->", re.S)
+_X_START_TAG = re.compile(rb"""<(?:[^"'>]|"[^"]*"|'[^']*')*>""")
 _ENTITY = re.compile(r"&([^;&\s]*);")
 _NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 
@@ -140,10 +142,19 @@ def _text(raw: bytes) -> str:
     into mixed content), ends stripped. Most texts hold no space but single ASCII ones, and
     ``isprintable()`` says so in one pass (every other space is a Unicode separator or a
     control character), so they skip the split."""
-    text = _decode(_TAG.sub(b"", raw) if b"<" in raw else raw)
+    text = _decode(_flatten(raw) if b"<" in raw else raw)
     if text.isprintable() and "  " not in text:
         return text.strip()
     return " ".join(text.split())
+
+
+def _flatten(raw: bytes) -> bytes:
+    """``raw`` without its markup: tags and comments go, their text stays."""
+    if b"<!" in raw:
+        if b"<![CDATA[" in raw:  # never in PubMed; its text would need escaping rules of its own
+            raise _BadRecord("a CDATA section (PubMed XML has none; this reader does not read them)")
+        raw = _COMMENT.sub(b"", raw)
+    return _TAG.sub(b"", raw)
 
 
 def _texts(raws: list[bytes]) -> list[str]:
@@ -168,6 +179,8 @@ def _inner(r: bytes, name: bytes, start: int, end: int) -> tuple[bytes, bytes, i
         if i < 0:
             return None
         j = r.find(b">", i, end)
+        if r.count(b'"', i, j) % 2 or r.count(b"'", i, j) % 2:  # that ">" may sit in a quoted value
+            j = m.end() - 1 if (m := _X_START_TAG.match(r, i, end)) else -1
         if j < 0:
             raise _BadRecord(f"<{name.decode()}> start tag never closes")
         if r[i + n] in _NAME_END:

@@ -117,23 +117,41 @@ def test_damaged_citation_markup_is_an_error_after_the_good_part(tmp_path, damag
     assert got == [1, 2, 3][:kept] and info.value.records_before == kept
 
 
+def test_markup_xml_allows_reads_as_an_xml_parser_reads_it(tmp_path):
+    """What a byte-level reader could get wrong: a ">" or quote inside a quoted attribute value,
+    a comment inside text, character references, a name that merely starts like one we read."""
+    a = article(
+        1,
+        title="Dose &#x3b1; &#946; <!-- editor: check > this --> response",
+        abstract=[("A>B", "First."), ("PATIENT'S VIEW", "Second &lt;i&gt; literal.")],
+        keywords=("k1",),
+    ).replace("<ArticleTitle>", "<ArticleTitleNote>n</ArticleTitleNote><ArticleTitle>")
+    (c,), _ = parse(write_xml(tmp_path / "f.xml", pubmed_xml([a.replace('Label="A>B"', "Label='A&gt;B'")])))
+    assert c.title == "Dose α β response"
+    assert c.abstract_sections == ["First.", "Second <i> literal."]
+    assert c.abstract_labels == ["A>B", "PATIENT'S VIEW"]
+    (c,), _ = parse(write_xml(tmp_path / "g.xml", pubmed_xml([a])))
+    assert c.abstract_labels == ["A>B", "PATIENT'S VIEW"] and c.keywords == ["k1"]
+
+
 def test_a_broken_field_is_one_malformed_citation_and_the_file_goes_on(tmp_path):
     broken = [
         article(2).replace("</ArticleTitle>", ""),
         article(3, title="Caf\udce9 au lait"),  # a lone byte that is not UTF-8
         article(4, title="Tea &nbsp; milk"),  # an entity XML does not define
         article(5, abstract="Ends <i>early"),
+        article(6, title="<![CDATA[a < b]]>"),
     ]
-    xml = pubmed_xml([article(1), *broken, article(6)]).encode("utf-8", "surrogateescape")
+    xml = pubmed_xml([article(1), *broken, article(7)]).encode("utf-8", "surrogateescape")
     path = tmp_path / "f.xml"
     path.write_bytes(xml)
     cits, _ = parse(path)
-    assert [c.pmid for c in cits if isinstance(c, Citation)] == [1, 5, 6]
+    assert [c.pmid for c in cits if isinstance(c, Citation)] == [1, 5, 7]
     assert cits[4].abstract_sections == ["Ends early"]  # an unclosed inline tag costs nothing
     bad = [c for c in cits if isinstance(c, MalformedCitation)]
-    assert [c.record_index for c in bad] == [1, 2, 3]
+    assert [c.record_index for c in bad] == [1, 2, 3, 5]
     assert "<ArticleTitle> is never closed" in bad[0].reason
-    assert "UTF-8" in bad[1].reason and "&nbsp;" in bad[2].reason
+    assert "UTF-8" in bad[1].reason and "&nbsp;" in bad[2].reason and "CDATA" in bad[3].reason
 
 
 def test_corrupt_gzip_keeps_records_before_the_damage(tmp_path):
