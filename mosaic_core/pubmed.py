@@ -169,30 +169,37 @@ def _texts(raws: list[bytes]) -> list[str]:
     return [t for t in map(_text, raws) if t]
 
 
-def _inner(r: bytes, name: bytes, start: int, end: int) -> tuple[bytes, bytes, int] | None:
-    """(start tag's attributes, content, end of the element) of the first ``<name>`` element in
-    ``r[start:end]``, or None. Elements named here never nest in themselves."""
-    opening = b"<" + name
+def _inner(r: bytes, tag: tuple[bytes, bytes], start: int, end: int) -> tuple[bytes, bytes, int] | None:
+    """(start tag's attributes, content, end of the element) of the first element ``tag``
+    (``(b"<Name", b"</Name>")``) in ``r[start:end]``, or None. Elements read this way never
+    nest in themselves."""
+    opening, close = tag
     n = len(opening)
     while True:
         i = r.find(opening, start, end)
         if i < 0:
             return None
         j = r.find(b">", i, end)
-        if r.count(b'"', i, j) % 2 or r.count(b"'", i, j) % 2:  # that ">" may sit in a quoted value
-            j = m.end() - 1 if (m := _X_START_TAG.match(r, i, end)) else -1
+        if j > i + n and (r.count(b'"', i, j) % 2 or r.count(b"'", i, j) % 2):
+            j = m.end() - 1 if (m := _X_START_TAG.match(r, i, end)) else -1  # ">" in a quoted value
         if j < 0:
-            raise _BadRecord(f"<{name.decode()}> start tag never closes")
+            raise _BadRecord(f"{opening.decode()}> start tag never closes")
         if r[i + n] in _NAME_END:
             break
         start = j  # a longer name, e.g. <TitleX>
     if r[j - 1] == 0x2F:  # "/>": empty element
         return r[i + n : j - 1], b"", j + 1
-    close = b"</" + name + b">"
     k = r.find(close, j, end)
     if k < 0:
-        raise _BadRecord(f"<{name.decode()}> is never closed")
+        raise _BadRecord(f"{opening.decode()}> is never closed")
     return r[i + n : j], r[j + 1 : k], k + len(close)
+
+
+def _tag(name: str) -> tuple[bytes, bytes]:
+    return f"<{name}".encode(), f"</{name}>".encode()
+
+
+_PMID, _ARTICLE_TITLE, _ABSTRACT_TEXT = _tag("PMID"), _tag("ArticleTitle"), _tag("AbstractText")
 
 
 def _plain(r: bytes, opening: bytes, closing: bytes, start: int, end: int) -> tuple[bytes, int] | None:
@@ -233,23 +240,20 @@ def _pub_date(raw: bytes) -> tuple[str, int | None]:
     ``<MedlineDate>`` ("1998 Dec-1999 Jan") and the year it starts with."""
     text = _decode(raw)
     if m := _X_PUB_DATE.match(text):
-        year, month, day = (g.strip() if g else "" for g in m.group(1, 2, 3))
+        year, month, day = m.groups("")
         mo = int(month) if month.isdigit() else _MONTHS.get(month[:3].lower())
-        if not mo:
-            date = year
-        elif day.isdigit():
-            date = f"{year}-{mo:02d}-{int(day):02d}"
-        else:
-            date = f"{year}-{mo:02d}"
+        date = year if not mo else f"{year}-{mo:02d}-{int(day):02d}" if day.isdigit() else f"{year}-{mo:02d}"
         return date, int(year) if year.isdigit() else None
     medline = _X_MEDLINE_DATE.search(text)
-    date = medline.group(1).strip() if medline else ""
+    date = medline.group(1) if medline else ""
     return date, int(date[:4]) if date[:4].isdigit() else None
 
 
-# The DTD's PubDate: (Year, ((Month, Day?) | Season)?) | MedlineDate.
-_X_PUB_DATE = re.compile(r"\s*<Year>([^<]*)</Year>\s*(?:<Month>([^<]*)</Month>\s*(?:<Day>([^<]*)</Day>)?)?")
-_X_MEDLINE_DATE = re.compile(r"<MedlineDate>([^<]*)</MedlineDate>")
+# The DTD's PubDate: (Year, ((Month, Day?) | Season)?) | MedlineDate; values come stripped.
+_X_PUB_DATE = re.compile(
+    r"\s*<Year>\s*([^<]*?)\s*</Year>\s*(?:<Month>\s*([^<]*?)\s*</Month>\s*(?:<Day>\s*([^<]*?)\s*</Day>)?)?"
+)
+_X_MEDLINE_DATE = re.compile(r"<MedlineDate>\s*([^<]*?)\s*</MedlineDate>")
 
 
 def _citation(r: bytes, index: int) -> Citation | MalformedCitation:
@@ -275,7 +279,7 @@ def _read_citation(r: bytes, index: int) -> Citation | MalformedCitation:
         a = a_end = end
     elif (a_end := r.find(b"</Article>", a)) < 0:
         raise _BadRecord("<Article> is never closed")
-    pmid = _inner(r, b"PMID", 0, a)  # the citation's own PMID comes before its Article
+    pmid = _inner(r, _PMID, 0, a)  # the citation's own PMID comes before its Article
     pmid_txt = pmid[1].strip() if pmid else b""
     if not pmid_txt.isdigit():
         return MalformedCitation(index, f"missing or non-numeric PMID {pmid_txt.decode('utf-8', 'replace')!r}")
@@ -299,12 +303,12 @@ def _read_citation(r: bytes, index: int) -> Citation | MalformedCitation:
     if journal := _plain(r, b"<Title>", b"</Title>", pos, a_end):
         c.journal = _text(journal[0])
         pos = journal[1]
-    if title := _inner(r, b"ArticleTitle", pos, a_end):
+    if title := _inner(r, _ARTICLE_TITLE, pos, a_end):
         c.title = _text(title[1])
         pos = title[2]
     if abstract := _plain(r, b"<Abstract>", b"</Abstract>", pos, a_end):
         body, at = abstract[0], 0
-        while section := _inner(body, b"AbstractText", at, len(body)):
+        while section := _inner(body, _ABSTRACT_TEXT, at, len(body)):
             c.abstract_sections.append(_text(section[1]))
             c.abstract_labels.append(_attribute(section[0], _X_LABEL) or "")
             at = section[2]
