@@ -6,23 +6,23 @@ Handles both shapes found in the wild:
 * ``<MedlineCitationSet><MedlineCitation>…`` (older MEDLINE dumps)
 
 The fields we read are extracted from the bytes of each ``<MedlineCitation>`` element without
-building a tree: ``bytes.find`` on the literal tag names (memchr speed) and a few compiled
-patterns inside one citation. Building element trees was two thirds of parse time, and half
-of every current file (``<PubmedData>``, author lists) is never read at all; this way a
-single core parses at the speed of ``pubmedparser2``'s C (``bench/ingest.py`` prints the
-ratio). Inline markup (``<i>``, ``<sup>``, MathML) is flattened to its text, the five XML
-entities and character references are decoded, whitespace is collapsed.
+building a tree: ``bytes.find`` on the literal tag names and a few compiled patterns inside one
+citation. Building element trees was two thirds of parse time with lxml, and half of every
+current file (``<PubmedData>``, author lists) is never read at all; without trees a single core
+parses about twice as fast (``bench/ingest.py`` prints the rate and the ratio to
+``pubmedparser2``'s C). Inline markup (``<i>``, ``<sup>``, MathML) is flattened to its text,
+the five XML entities and character references are decoded, whitespace is collapsed.
 
 Memory stays flat in file size: the buffer holds one read chunk and at most one citation.
 
-What is checked, since no XML parser validates the whole file: every citation and deletion
-block closes; between them there is only markup (a stray ``<`` is an error); the file ends
-with the root's closing tag; the declared encoding is UTF-8. A citation whose own content is
-broken (no PMID, an unclosed field, bad UTF-8, an undefined entity) is yielded as a
-:class:`MalformedCitation` and the file goes on. A truncated or malformed file does not lose
-what came before the fault: every complete citation is yielded, then
-:class:`PubmedParseError` is raised with the reason, so the caller can keep the good part,
-mark the file partial and fail loudly.
+What is checked, since no XML parser validates the whole file: from each citation's start tag
+to the next one's there is exactly one closing tag; deletion blocks close; the file ends with
+the root's closing tag; the declared encoding is UTF-8; no (PMID, version) repeats. A citation
+whose own content is broken (no PMID, an unclosed field, bad UTF-8, an undefined entity) is
+yielded as a :class:`MalformedCitation` and the file goes on. Markup outside citations is not
+validated (nothing there is read). A truncated or malformed file does not lose what came before
+the fault: every complete citation is yielded, then :class:`PubmedParseError` is raised with
+the reason, so the caller can keep the good part, mark the file partial and fail loudly.
 """
 
 from __future__ import annotations
