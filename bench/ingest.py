@@ -35,8 +35,7 @@ from mosaic_core.pubmed import Citation, iter_citations  # noqa: E402
 
 def build_file(n: int, out: Path) -> Path:
     """A baseline-sized file made by replicating the real current-shape articles, each copy
-    with a PMID of its own (a real file never repeats one; the parser treats a repeat as
-    corruption)."""
+    with a PMID of its own, as in a baseline file."""
     articles = []
     for f in sorted((SHARED / "pubmed").glob("pubmed21n*.xml.gz")):
         articles += re.findall(rb"<PubmedArticle>.*?</PubmedArticle>", gzip.decompress(f.read_bytes()), re.S)

@@ -17,7 +17,7 @@ Memory stays flat in file size: the buffer holds one read chunk and at most one 
 
 What is checked, since no XML parser validates the whole file: from each citation's start tag
 to the next one's there is exactly one closing tag; deletion blocks close; the file ends with
-the root's closing tag; the declared encoding is UTF-8; no (PMID, version) repeats. A citation
+the root's closing tag; the declared encoding is UTF-8. A citation
 whose own content is broken (no PMID, an unclosed field, bad UTF-8, an undefined entity) is
 yielded as a :class:`MalformedCitation` and the file goes on. Markup outside citations is not
 validated (nothing there is read). A truncated or malformed file does not lose what came before
@@ -484,20 +484,11 @@ def iter_citations(
     stream is truncated or malformed.
     """
     count = 0
-    seen: set[tuple[int, int]] = set()
     try:
         for is_citation, raw in _elements(read_chunks(path)):
             if is_citation:
-                c = _citation(raw, count)
-                if isinstance(c, Citation):
-                    if (c.pmid, c.version) in seen:
-                        # Corrupt deflate data decodes to copies of earlier bytes until the
-                        # CRC at the member's end says so: well-formed, and wrong.
-                        raise _BadFile(f"PMID {c.pmid} version {c.version} appears twice (the "
-                                       "stream repeats itself: corrupt compressed data?)")
-                    seen.add((c.pmid, c.version))
                 count += 1
-                yield c
+                yield _citation(raw, count - 1)
             elif deleted is not None:
                 deleted.pmids.extend(int(p) for p in _X_DELETED_PMID.findall(raw))
     # isal_zlib.error: corrupt deflate data or CRC; EOFError: a cut-off gzip stream.
