@@ -165,7 +165,7 @@ def _texts(raws: list[bytes]) -> list[str]:
     if b"&" not in joined and joined.count(b"<") == len(raws) - 1:
         text = joined.decode("utf-8")
         if text.isprintable() and "  " not in text:
-            return [t for t in (t.strip() for t in text.split("<")) if t] if raws else []
+            return [t for t in (t.strip() for t in text.split("<")) if t]
     return [t for t in map(_text, raws) if t]
 
 
@@ -296,10 +296,9 @@ def _read_citation(r: bytes, index: int) -> Citation | MalformedCitation:
     if a == end:
         return c
     pos = a
-    if (pub_date := r.find(b"<PubDate>", pos, a_end)) >= 0:
-        if (pos := r.find(b"</PubDate>", pub_date, a_end)) < 0:
-            raise _BadRecord("<PubDate> is never closed")
-        c.pub_date, c.pub_year = _pub_date(r[pub_date + 9 : pos])
+    if pub_date := _plain(r, b"<PubDate>", b"</PubDate>", pos, a_end):
+        c.pub_date, c.pub_year = _pub_date(pub_date[0])
+        pos = pub_date[1]
     if journal := _plain(r, b"<Title>", b"</Title>", pos, a_end):
         c.journal = _text(journal[0])
         pos = journal[1]
@@ -317,10 +316,9 @@ def _read_citation(r: bytes, index: int) -> Citation | MalformedCitation:
         if (pos := r.rfind(b"</Language>", language, a_end)) < 0:
             raise _BadRecord("<Language> is never closed")
         c.languages = _texts(_X_LANGUAGE.findall(r, language, pos + 11))
-    if (types := r.find(b"<PublicationTypeList>", pos, a_end)) >= 0:
-        if (pos := r.find(b"</PublicationTypeList>", types, a_end)) < 0:
-            raise _BadRecord("<PublicationTypeList> is never closed")
-        c.publication_types = _texts(_X_PUBLICATION_TYPE.findall(r, types, pos))
+    if types := _plain(r, b"<PublicationTypeList>", b"</PublicationTypeList>", pos, a_end):
+        c.publication_types = _texts(_X_PUBLICATION_TYPE.findall(types[0]))
+        pos = types[1]
     if vernacular := _plain(r, b"<VernacularTitle>", b"</VernacularTitle>", pos, a_end):
         c.vernacular_title = _text(vernacular[0])
     return c
@@ -378,6 +376,9 @@ _DELETE_OPEN = b"<DeleteCitation"
 _DELETE_CLOSE = b"</DeleteCitation>"
 _ROOT_CLOSE = (b"</PubmedArticleSet>", b"</MedlineCitationSet>")
 _TAIL = 64
+_ORPHAN_CLOSE = "a </MedlineCitation> without its start tag (damaged markup)"
+# Reading the stream: EOFError, a cut-off gzip stream; isal_zlib.error, corrupt deflate data or CRC.
+_READ_ERRORS = (EOFError, isal_zlib.error, OSError)
 _X_ENCODING = re.compile(rb"""<\?xml[^>]*encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 
 
@@ -411,7 +412,7 @@ def _elements(chunks: Iterator[bytes]) -> Iterator[tuple[bool, bytes]]:
         nonlocal upstream
         try:
             yield from chunks
-        except (EOFError, isal_zlib.error, OSError) as exc:
+        except _READ_ERRORS as exc:
             upstream = exc
 
     buf = b""
@@ -444,7 +445,7 @@ def _elements(chunks: Iterator[bytes]) -> Iterator[tuple[bool, bytes]]:
                 # Keep a tail that could hold a start tag cut by the chunk's end, or the root's
                 # closing tag (checked at the end); what is dropped holds no citation.
                 if buf.find(_CLOSE, pos) >= 0:
-                    raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+                    raise _BadFile(_ORPHAN_CLOSE)
                 pos = max(pos, len(buf.rstrip()) - _TAIL)
                 break
             following = _find_open(buf, start + len(_OPEN))
@@ -455,7 +456,7 @@ def _elements(chunks: Iterator[bytes]) -> Iterator[tuple[bool, bytes]]:
             if start < deletion < bound:
                 bound = deletion
             if leading and buf.find(_CLOSE, 0, start) >= 0:  # before the first citation
-                raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+                raise _BadFile(_ORPHAN_CLOSE)
             leading = False
             close = buf.find(_CLOSE, start, bound)
             if close < 0:
@@ -465,7 +466,7 @@ def _elements(chunks: Iterator[bytes]) -> Iterator[tuple[bool, bytes]]:
             end = close + len(_CLOSE)
             yield True, buf[start:end]
             if buf.find(_CLOSE, end, bound) >= 0:
-                raise _BadFile("a </MedlineCitation> without its start tag (damaged markup)")
+                raise _BadFile(_ORPHAN_CLOSE)
             pos, start = end, following
         buf = buf[pos:]
     if upstream is not None:
@@ -491,8 +492,7 @@ def iter_citations(
                 yield _citation(raw, count - 1)
             elif deleted is not None:
                 deleted.pmids.extend(int(p) for p in _X_DELETED_PMID.findall(raw))
-    # isal_zlib.error: corrupt deflate data or CRC; EOFError: a cut-off gzip stream.
-    except (_BadFile, EOFError, isal_zlib.error, OSError) as exc:
+    except (_BadFile, *_READ_ERRORS) as exc:
         _check_root(path, count, deleted)
         raise PubmedParseError(str(path), f"{type(exc).__name__.lstrip('_')}: {exc}", count) from exc
     _check_root(path, count, deleted)
