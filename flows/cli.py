@@ -196,8 +196,10 @@ def filter_pairs(
     threshold: Annotated[
         Optional[float], typer.Option(help="Threshold mode instead: keep pairs with cosine >= this.")
     ] = None,
-    chunk_size: Annotated[int, typer.Option(help="Pairs per exact FAISS index.")] = 1_000_000,
+    chunk_size: Annotated[int, typer.Option(help="Pairs per exact search (one index).")] = 1_000_000,
     precision: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16 (CUDA).")] = "auto",
+    batch_tokens: Annotated[Optional[int], typer.Option(
+        help="Padded tokens per encoding batch (default: 131,072 on CUDA; 64 texts a batch on CPU).")] = None,
     query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
     document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
 ) -> None:
@@ -211,7 +213,7 @@ def filter_pairs(
     from tasks.filter import score_report
 
     cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
-                       threshold=threshold, chunk_size=chunk_size, precision=precision,
+                       threshold=threshold, chunk_size=chunk_size, precision=precision, batch_tokens=batch_tokens,
                        query_column=query_column, document_column=document_column)
     check_pairs_source(input, (query_column, document_column), "--input")
     _model(model)

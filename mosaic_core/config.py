@@ -127,7 +127,10 @@ class FilterConfig(_Frozen):
         "score below its own (hard negatives for training).")
     query_max_length: int = Field(64, gt=0)
     document_max_length: int = Field(256, gt=0)
-    batch_size: int = Field(64, gt=0)
+    batch_size: int = Field(64, gt=0, description="Texts per encoding batch (CPU).")
+    batch_tokens: int | None = Field(
+        None, gt=0, description="Padded tokens per encoding batch instead of batch_size texts (length-sorted "
+        "texts, as many as fit; halved on out-of-memory). Default: batch_size texts on CPU, 131,072 tokens on CUDA.")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     query_column: str = "query"
     document_column: str = "document"

@@ -25,9 +25,11 @@ Rules, chosen so that an independent implementation on the same stored vectors a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import faiss
 import numpy as np
+import torch
 
 
 @dataclass
@@ -63,19 +65,59 @@ def distinct_documents(doc_keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(order, dtype=np.int64), inverse
 
 
+Search = Literal["auto", "faiss", "torch"]
+
+
 def search_top(
-    queries: np.ndarray, docs: np.ndarray, depth: int, use_gpu: bool | None = None
+    queries: np.ndarray, docs: np.ndarray, depth: int, backend: Search = "auto", device: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product search: (scores ``[n, depth]``, doc ids ``[n, depth]``), best first.
 
-    ``use_gpu=None`` uses faiss-gpu whenever the installed faiss sees a GPU (same exact search)."""
+    ``auto``: faiss-gpu when the installed faiss sees a GPU, else :func:`torch_search_top` on
+    CUDA when torch sees one (faiss-gpu's wheels need CUDA 12; a CUDA 13 machine has torch
+    only), else faiss on the CPU. All three are exact float32 searches."""
+    faiss_gpu = hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+    if backend == "auto":
+        backend = "torch" if not faiss_gpu and torch.cuda.is_available() else "faiss"
+    depth = min(depth, docs.shape[0])
+    if backend == "torch":
+        return torch_search_top(queries, docs, depth, device or ("cuda" if torch.cuda.is_available() else "cpu"))
     index = faiss.IndexFlatIP(docs.shape[1])
-    if use_gpu is None:
-        use_gpu = hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
-    if use_gpu:
+    if faiss_gpu:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(np.ascontiguousarray(docs, dtype=np.float32))
-    return index.search(np.ascontiguousarray(queries, dtype=np.float32), min(depth, docs.shape[0]))
+    return index.search(np.ascontiguousarray(queries, dtype=np.float32), depth)
+
+
+def torch_search_top(queries: np.ndarray, docs: np.ndarray, depth: int, device: str = "cuda",
+                     query_block: int = 4096, doc_block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``depth`` by inner product with torch: float32 matrix products over blocks of
+    queries × blocks of documents (TF32 off, so the scores are full float32 products), a running
+    top-k merged block by block. Memory: ``query_block × doc_block`` scores (1 GiB at the
+    defaults) plus the documents on the device."""
+    dev = torch.device(device)
+    d = torch.from_numpy(np.ascontiguousarray(docs, dtype=np.float32)).to(dev)
+    q_all = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    scores = np.empty((len(queries), depth), np.float32)
+    ids = np.empty((len(queries), depth), np.int64)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for lo in range(0, len(queries), query_block):
+            q = q_all[lo : lo + query_block].to(dev)
+            best_s = torch.full((len(q), 0), -torch.inf, device=dev)
+            best_i = torch.empty((len(q), 0), dtype=torch.int64, device=dev)
+            for start in range(0, len(d), doc_block):
+                s = q @ d[start : start + doc_block].T
+                top = s.topk(min(depth, s.shape[1]), dim=1)
+                best_s, where = torch.cat([best_s, top.values], 1).topk(
+                    min(depth, best_s.shape[1] + top.values.shape[1]), dim=1)
+                best_i = torch.cat([best_i, top.indices + start], 1).gather(1, where)
+            scores[lo : lo + len(q)] = best_s.cpu().numpy()
+            ids[lo : lo + len(q)] = best_i.cpu().numpy()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return scores, ids
 
 
 def consistency_filter(
@@ -84,12 +126,13 @@ def consistency_filter(
     k: int = 2,
     doc_keys: list[str] | None = None,
     depth: int | None = None,
-    use_gpu: bool | None = None,
+    search: Search = "auto",
     negatives: int = 0,
 ) -> ConsistencyResult:
     """Apply the rule above to one chunk. ``queries[i]`` and ``docs[i]`` form pair ``i``;
     ``doc_keys`` (e.g. document texts or hashes) identify duplicate documents. ``negatives``:
-    hard negatives to keep per pair (as the index of a pair holding that document)."""
+    hard negatives to keep per pair (as the index of a pair holding that document). ``search``:
+    the exact search to use (:func:`search_top`); every backend gives the same decisions."""
     if queries.shape != docs.shape:
         raise ValueError(f"queries {queries.shape} and documents {docs.shape} must pair up row by row")
     if k < 1:
@@ -99,7 +142,7 @@ def consistency_filter(
         np.arange(len(docs)), np.arange(len(docs)))
     uniq = np.asarray(docs, dtype=np.float32)[first]
     q = np.asarray(queries, dtype=np.float32)
-    scores, ids = search_top(q, uniq, depth, use_gpu)
+    scores, ids = search_top(q, uniq, depth, search)
     own_in = ids == inverse[:, None]
     # The own document's score: from the search where it was retrieved (same arithmetic as the
     # competitors'), else recomputed.

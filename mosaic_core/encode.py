@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 Pooling = Literal["mean", "cls"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+GPU_BATCH_TOKENS = 131_072  # padded tokens per encoding batch on CUDA unless told otherwise
 
 
 def cpu_has_bf16() -> bool:
@@ -107,6 +108,7 @@ class Encoder:
     device: torch.device
     autocast_dtype: torch.dtype | None
     max_length: int = 256
+    batch_tokens: int | None = None
 
     @classmethod
     def load(
@@ -117,7 +119,10 @@ class Encoder:
         max_length: int = 256,
         precision: Precision = "auto",
         device: str = "auto",
+        batch_tokens: int | None = None,
     ) -> Encoder:
+        """``batch_tokens``: padded tokens per batch instead of a number of texts (see
+        :meth:`encode`); default: :data:`GPU_BATCH_TOKENS` on CUDA, a number of texts on CPU."""
         resolved = resolve_model(model)
         st_pooling, st_normalize = read_st_pooling(resolved) if Path(resolved).is_dir() else (None, None)
         dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
@@ -126,7 +131,8 @@ class Encoder:
         tok = AutoTokenizer.from_pretrained(resolved)
         return cls(net, tok, pooling or st_pooling or "mean",
                    normalize if normalize is not None else bool(st_normalize), dev,
-                   resolve_precision(precision, dev), min(max_length, max_positions(net.config)))
+                   resolve_precision(precision, dev), min(max_length, max_positions(net.config)),
+                   batch_tokens or (GPU_BATCH_TOKENS if dev.type == "cuda" else None))
 
     def with_max_length(self, max_length: int) -> Encoder:
         """This encoder truncating at ``max_length`` tokens (at most the model's positions)."""
@@ -134,21 +140,47 @@ class Encoder:
 
     @torch.inference_mode()
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """Embeddings of ``texts`` in input order, ``float32 [len(texts), d]``."""
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length,
-                                                       add_special_tokens=True)["input_ids"]]
-        order = np.argsort(lengths, kind="stable")[::-1]  # longest first: OOM shows at once
+        """Embeddings of ``texts`` in input order, ``float32 [len(texts), d]``.
+
+        Texts go longest first, so an out-of-memory shows on the first batch. A batch holds
+        ``batch_size`` texts, or with ``batch_tokens`` set as many texts as fit that many padded
+        tokens (short texts make big batches: the GPU setting). On out-of-memory the batch
+        size or token budget halves and the batch is retried."""
+        max_tokens = self.batch_tokens
+        lengths = np.asarray([len(ids) for ids in self.tokenizer(
+            texts, truncation=True, max_length=self.max_length, add_special_tokens=True)["input_ids"]])
+        order = np.argsort(lengths, kind="stable")[::-1]
         out = np.empty((len(texts), self.model.config.hidden_size), dtype=np.float32)
-        for start in tqdm(range(0, len(texts), batch_size), desc="encode", unit="batch",
-                          disable=None if progress else True):
-            idx = order[start : start + batch_size]
-            batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                   max_length=self.max_length, return_tensors="pt").to(self.device)
-            with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                                enabled=self.autocast_dtype is not None):
-                hidden = self.model(**batch).last_hidden_state
-            emb = pool(hidden, batch["attention_mask"], self.pooling)
-            if self.normalize:
-                emb = torch.nn.functional.normalize(emb, dim=-1)
-            out[idx] = emb.cpu().numpy()
+        pos = 0
+        with tqdm(total=len(texts), desc="encode", unit="text", disable=None if progress else True) as bar:
+            while pos < len(order):
+                size = batch_size if max_tokens is None else max(1, max_tokens // int(lengths[order[pos]]))
+                idx = order[pos : pos + size]
+                try:
+                    out[idx] = self._embed([texts[i] for i in idx])
+                except torch.OutOfMemoryError:
+                    if len(idx) == 1:
+                        raise
+                    if max_tokens is None:
+                        batch_size = len(idx) // 2
+                    else:
+                        max_tokens //= 2
+                    log.warning("out of memory on %d texts: retrying with batches of %s", len(idx),
+                                f"{batch_size} texts" if max_tokens is None else f"{max_tokens} tokens")
+                    if self.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    continue
+                pos += len(idx)
+                bar.update(len(idx))
         return out
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                               return_tensors="pt").to(self.device)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                            enabled=self.autocast_dtype is not None):
+            hidden = self.model(**batch).last_hidden_state
+        emb = pool(hidden, batch["attention_mask"], self.pooling)
+        if self.normalize:
+            emb = torch.nn.functional.normalize(emb, dim=-1)
+        return emb.float().cpu().numpy()

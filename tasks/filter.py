@@ -48,17 +48,17 @@ class EncodedPartition:
 _LOAD_LOCK = threading.Lock()
 
 
-def _encoder(model: str, precision: str) -> encode.Encoder:
+def _encoder(model: str, precision: str, batch_tokens: int | None) -> encode.Encoder:
     """One loaded model per worker process, reused by every partition it encodes. Loads are
     serialised: transformers' from_pretrained patches torch.nn.init process-wide while it
     loads, and two loads in threads can leave it patched."""
     with _LOAD_LOCK:
-        return _load_encoder(model, precision)
+        return _load_encoder(model, precision, batch_tokens)
 
 
 @lru_cache(maxsize=1)
-def _load_encoder(model: str, precision: str) -> encode.Encoder:
-    return encode.Encoder.load(model, normalize=True, precision=precision)  # cosine scores
+def _load_encoder(model: str, precision: str, batch_tokens: int | None) -> encode.Encoder:
+    return encode.Encoder.load(model, normalize=True, precision=precision, batch_tokens=batch_tokens)  # cosine
 
 
 @task(name="list-pair-partitions", cache_policy=NO_CACHE)
@@ -78,7 +78,7 @@ def _encode_key(context: TaskRunContext, p: dict) -> str:
 def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
     """Embed a partition's queries and documents; store them (float16) for every later filter."""
     rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
-    enc = _encoder(cfg.model, cfg.precision)
+    enc = _encoder(cfg.model, cfg.precision, cfg.batch_tokens)
     queries = enc.with_max_length(cfg.query_max_length).encode(rows.queries, cfg.batch_size)
     docs = enc.with_max_length(cfg.document_max_length).encode(rows.documents, cfg.batch_size)
     path = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name)

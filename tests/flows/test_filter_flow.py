@@ -33,7 +33,7 @@ def pairs_file(path, n=40):
 def test_filter_pairs_file_bad_rows_reproducible_and_refilter_without_reencoding(tmp_path):
     src = pairs_file(tmp_path / "pairs.jsonl")
     root = str(tmp_path / "root")
-    cfg = FilterConfig(model=str(tiny_bert(tmp_path / "model")), k=2, precision="fp32")
+    cfg = FilterConfig(model=str(tiny_bert(tmp_path / "model")), k=2, precision="fp32", batch_tokens=48)  # GPU batching
     (m,) = filter_flow(str(src), cfg, root)
     assert (m.records_in, m.rows_out) == (44, 41)
     assert m.dropped["invalid_json"] == 1 and m.dropped["missing_document"] == 1 and m.dropped["missing_query"] == 1

@@ -1,6 +1,9 @@
+import functools
+
 import numpy as np
 import pytest
 
+from mosaic_core import consistency
 from mosaic_core.consistency import consistency_filter, score_histogram, threshold_filter
 
 
@@ -100,3 +103,33 @@ def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negativ
     second = next(i for i in range(len(q)) if res.rank[i] == 2)
     above = first[int(np.argmax(scores[second]))]
     assert above not in res.negatives[second]
+
+
+@pytest.mark.parametrize("blocks", [(4096, 65536), (7, 13)])
+def test_torch_search_gives_the_faiss_decisions(blocks):
+    # The GPU fallback (torch top-k over blocks), forced on the CPU; small blocks exercise the
+    # merge of running top-k lists across query and document blocks.
+    rng = np.random.default_rng(3)
+    q = unit(rng.normal(size=(300, 16)))
+    d = unit(q + rng.normal(scale=0.4, size=q.shape))
+    keys = [str(i % 260) for i in range(300)]
+    faiss_res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, search="faiss")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(consistency, "torch_search_top", functools.partial(consistency.torch_search_top,
+                                                                       query_block=blocks[0], doc_block=blocks[1]))
+        torch_res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, search="torch")
+    assert 0.2 < faiss_res.kept.mean() < 0.95
+    np.testing.assert_array_equal(torch_res.kept, faiss_res.kept)
+    np.testing.assert_array_equal(torch_res.rank, faiss_res.rank)
+    assert torch_res.negatives == faiss_res.negatives
+    scores, ids = consistency.search_top(q, d, 10, backend="faiss")
+    t_scores, t_ids = consistency.search_top(q, d, 10, backend="torch", device="cpu")
+    np.testing.assert_array_equal(t_ids, ids)
+    np.testing.assert_allclose(t_scores, scores, rtol=1e-6)
+
+
+def test_torch_search_keeps_ties_in_favour_of_the_pair():
+    q = unit(np.array([[1.0, 0.0], [1.0, 0.0]]))
+    d = unit(np.array([[1.0, 1.0], [1.0, -1.0]]))
+    res = consistency_filter(q, d, k=1, search="torch")
+    assert res.kept.tolist() == [True, True] and res.rank.tolist() == [1, 1]

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import numpy as np
@@ -78,3 +79,34 @@ def test_inputs_longer_than_the_models_positions_are_truncated_to_them(tmp_path)
     assert enc.with_max_length(64).max_length == 64
     assert enc.with_max_length(1000).encode(["patient " * 400]).shape == (1, 32)  # no position overflow
     assert max_positions(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
+
+
+def test_token_budget_batches_and_out_of_memory_retries(tmp_path, caplog):
+    base = tiny_bert(tmp_path / "m")
+    enc = Encoder.load(str(base), precision="fp32")
+    texts = TEXTS * 5
+    ref = enc.encode(texts, batch_size=1)
+    sizes = []
+    forward = enc.model.forward
+
+    def recording(**batch):
+        sizes.append(batch["input_ids"].shape)
+        return forward(**batch)
+
+    enc.model.forward = recording
+    np.testing.assert_allclose(dataclasses.replace(enc, batch_tokens=40).encode(texts), ref, atol=1e-5)
+    assert all(n * width <= 40 for n, width in sizes) and sum(n for n, _ in sizes) == len(texts)
+    assert max(n for n, _ in sizes) > 2  # short texts share a batch
+
+    def out_of_memory_above_three(**batch):
+        if len(batch["input_ids"]) > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(**batch)
+
+    enc.model.forward = out_of_memory_above_three
+    np.testing.assert_allclose(enc.encode(texts, batch_size=16), ref, atol=1e-5)
+    np.testing.assert_allclose(dataclasses.replace(enc, batch_tokens=400).encode(texts), ref, atol=1e-5)
+    assert "retrying with batches of 2 texts" in caplog.text and "tokens" in caplog.text
+    enc.model.forward = lambda **batch: (_ for _ in ()).throw(torch.OutOfMemoryError("simulated"))
+    with pytest.raises(torch.OutOfMemoryError):
+        enc.encode(texts, batch_size=4)
