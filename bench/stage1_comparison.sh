@@ -6,6 +6,8 @@
 #   - selected tokens with distilled rows (pooled target, and token-state target),
 #   - fewer tokens (min_count 50) distilled at a higher rate (3e-3), DISTILL_STEPS steps,
 #   - the defaults (min_count 50, rate 3e-3, distilled for one pass over the corpus: 537 steps here),
+#   - the rate and the threshold apart, one pass each: min_count 50 at 1e-3, min_count 100 at
+#     3e-3 and at 1e-3,
 #   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
 #     the distilled stage 1,
 #   - contrastive only from the base model, without new vocabulary, for 2·STEPS steps.
@@ -28,6 +30,9 @@ OLD=(--min-count 20 --distill-lr 0.001)  # the defaults before 2026-11-23, eveni
 "${VOCAB[@]}" "${OLD[@]}" --out "$WORK/stage1-tokens" --distill-target tokens --distill-steps "$DISTILL_STEPS"
 "${VOCAB[@]}" --out "$WORK/stage1-mc50" --min-count 50 --distill-lr 0.003 --distill-steps "$DISTILL_STEPS"
 "${VOCAB[@]}" --out "$WORK/stage1-default"
+"${VOCAB[@]}" --out "$WORK/stage1-mc50-lr1" --min-count 50 --distill-lr 0.001
+"${VOCAB[@]}" --out "$WORK/stage1-mc100" --min-count 100 --distill-lr 0.003
+"${VOCAB[@]}" --out "$WORK/stage1-mc100-lr1" --min-count 100 --distill-lr 0.001
 mosaic train --model "$WORK/stage1-pooled" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
 mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/contrastive-only" \
   --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
@@ -35,5 +40,7 @@ mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model base=offline:all-MiniLM-L6-v2 --model stage1-mean="$WORK/stage1-mean" \
   --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" \
   --model stage1-mc50="$WORK/stage1-mc50" --model stage1-default="$WORK/stage1-default" \
+  --model stage1-mc50-lr1="$WORK/stage1-mc50-lr1" --model stage1-mc100="$WORK/stage1-mc100" \
+  --model stage1-mc100-lr1="$WORK/stage1-mc100-lr1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model contrastive-only="$WORK/contrastive-only/1-contrastive"

@@ -40,7 +40,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from mosaic_core.config import VocabConfig
-from mosaic_core.distill import distill_rows, drift
+from mosaic_core.distill import distill_rows, drift, token_drift
 from mosaic_core.encode import max_positions, read_st_pooling
 from mosaic_core.card import facts, render
 from mosaic_core.modeldir import write_card, write_domain_ids, write_vocab_report
@@ -287,6 +287,7 @@ class VocabReport:
     distill: dict | None = None
     drift_mean_init: dict | None = None
     drift: dict | None = None
+    token_drift: list[dict] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     reduction: dict | None = None
 
@@ -336,7 +337,19 @@ class VocabReport:
             lines.append(f"Distillation: {d['steps']} steps on {d['windows']:,} windows; held-out loss "
                          f"{d['heldout_loss_before']:.5f} → {d['heldout_loss_after']:.5f} (best at step "
                          f"{d['best_step']}; stopped: {d['stop_reason']}).")
-        return [*lines, ""]
+        return [*lines, "", *self._token_drift_lines()]
+
+    def _token_drift_lines(self, top: int = 15) -> list[str]:
+        if not self.token_drift:
+            return []
+        worse = [t for t in self.token_drift if t["total_rise"] > 0]
+        rows = [f"| `{t['token']}` | {t['texts']} | {t['mean_rise']:+.4f} | {t['total_rise']:+.4f} |"
+                for t in self.token_drift[:top]]
+        return ["### Which new tokens still move embeddings", "",
+                f"Of the {len(self.token_drift):,} new tokens in these held-out texts, {len(worse):,} still lower "
+                "the cosine: reading one of them as its base pieces again (every other new token kept) raises "
+                "cos(base, stage 1) of a text holding it by the rise below. The most costly first:", "",
+                "| token | held-out texts | mean rise | total rise |", "| --- | ---: | ---: | ---: |", *rows, ""]
 
     def _threshold_table(self) -> list[str]:
         if not self.thresholds:
@@ -691,23 +704,27 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
 
 
 def _init_rows(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
-               cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> tuple[dict | None, ...]:
-    """(drift with mean-of-pieces rows, the distillation's result, drift after it): the rows of
-    ``new_ids`` hold the mean of their pieces on entry, and are distilled when ``cfg.init`` says so."""
+               cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> tuple:
+    """(drift with mean-of-pieces rows, the distillation's result, drift after it, the tokens
+    that still move held-out embeddings): the rows of ``new_ids`` hold the mean of their pieces
+    on entry, and are distilled when ``cfg.init`` says so."""
     train, heldout = texts
     if not new_ids:
-        return None, None, None
+        return None, None, None, None
     drift_texts = heldout[: cfg.distill.heldout_texts]
     length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
     before = drift(encoder, pooling, base_tok, expanded, drift_texts, length)
-    if cfg.init != "distill":
-        return before, None, None
-    fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
-                                             cfg.model_dump(mode="json")]).encode()).hexdigest()
-    result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill, out_dir,
-                          fingerprint, progress=progress).to_dict()
-    clock.lap("distillation")
-    return before, result, drift(encoder, pooling, base_tok, expanded, drift_texts, length)
+    result = after = None
+    if cfg.init == "distill":
+        fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
+                                                 cfg.model_dump(mode="json")]).encode()).hexdigest()
+        result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill, out_dir,
+                              fingerprint, progress=progress).to_dict()
+        clock.lap("distillation")
+        after = drift(encoder, pooling, base_tok, expanded, drift_texts, length)
+    per_token = token_drift(encoder, pooling, base_tok, expanded, drift_texts, length, new_ids[0])
+    clock.lap("drift per token")
+    return before, result, after, per_token
 
 
 def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
@@ -716,7 +733,7 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
     words, fert_before, single_before = fertility_of(Segmenter(plan.state), plan.held)
     _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)
     by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
-    drift_mean, distilled, drift_after = rows
+    drift_mean, distilled, drift_after, per_token = rows
     return VocabReport(
         base_vocab_size=len(base_tok), domain_tokenizer_size=len(plan.domain), candidates=len(plan.candidates),
         base_model=cfg.base_model, tokens_added=len(entries), skipped_unknown=plan.skipped,
@@ -729,7 +746,8 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
                   if t in entries],
         heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
         single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
-        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, seconds=clock.laps)
+        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, token_drift=per_token,
+        seconds=clock.laps)
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,

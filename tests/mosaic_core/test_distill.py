@@ -10,7 +10,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from mosaic_core import distill as distill_module
 from mosaic_core.config import DistillConfig
-from mosaic_core.distill import align_positions, make_windows
+from mosaic_core.distill import align_positions, make_windows, reverted, token_drift
 from mosaic_core.vocab import build_expanded_model
 
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
@@ -121,3 +121,27 @@ def test_windows_align_each_base_piece_with_the_new_token_that_covers_it(distill
         ["[CLS]", "the", "cardiomyopathy", "of", "[SEP]"]
     assert align_positions(base_tok._tokenizer.encode("the patient"), new_tok._tokenizer.encode("the patient")) \
         == [0, 1, 2, 3]
+
+
+def test_token_drift_measures_what_reading_one_token_as_its_pieces_again_restores(distilled):
+    base, _, out, report = distilled
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    first = len(base_tok)
+    text = "the cardiomyopathy of the immunotherapy patient"
+    (window,) = make_windows([text], base_tok, new_tok, 64, first)
+    cardio = new_tok.convert_tokens_to_ids("cardiomyopathy")
+    one = reverted(window, cardio)  # the other new token stays
+    assert new_tok.convert_ids_to_tokens(one) == [
+        "[CLS]", "the", *base_tok.tokenize("cardiomyopathy"), "of", "the", "immunotherapy", "patient", "[SEP]"]
+    # With the only new token of a text read as its pieces, the text is the base model's again:
+    # the rise is exactly 1 - cos(base, stage 1) of that text.
+    single = "the cardiomyopathy of a patient"
+    (measured,) = token_drift(AutoModel.from_pretrained(out), "mean", base_tok, new_tok, [single], 64, first)
+    st_base, st_new = SentenceTransformer(str(base), device="cpu"), SentenceTransformer(str(out), device="cpu")
+    cos = torch.nn.functional.cosine_similarity(st_base.encode([single], convert_to_tensor=True),
+                                                st_new.encode([single], convert_to_tensor=True)).item()
+    assert measured["token"] == "cardiomyopathy" and measured["texts"] == 1
+    assert measured["total_rise"] == pytest.approx(1 - cos, abs=1e-5) and measured["total_rise"] > 0
+    totals = [t["total_rise"] for t in report.token_drift]
+    assert report.token_drift and totals == sorted(totals, reverse=True)
+    assert "still move embeddings" in report.to_markdown()
