@@ -2,6 +2,7 @@
 
     python bench/filter.py [--n 1500] [--batch-size 32] [--model offline:all-MiniLM-L6-v2]
     python bench/filter.py --device cuda --model thenlper/gte-base   # on a GPU machine
+    python bench/filter.py --device cuda --size bert-base   # gte-base's shape where it cannot be loaded
 
 Baseline, same run, same real abstracts (``../shared/data/biomed``, repeated to ``--n`` when
 more are asked for), same max length: ``SentenceTransformer.encode`` with its defaults (fp32,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,11 +28,21 @@ sys.path.insert(0, str(ROOT))
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
 from mosaic_core.consistency import consistency_filter, search_top  # noqa: E402
 from mosaic_core.encode import GPU_BATCH_TOKENS, Encoder  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
 from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
+
+
+def bert_base(model: str, out: Path) -> str:
+    """A randomly initialised BERT-base-size encoder (12 x 768, gte-base's shape) over ``model``'s tokenizer."""
+    tok = AutoTokenizer.from_pretrained(resolve_model(model))
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                         intermediate_size=3072, max_position_embeddings=512)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
 
 
 def timed(fn):
@@ -45,11 +57,16 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--model", default=OFFLINE_MODEL)
+    ap.add_argument("--size", choices=["model", "bert-base"], default="model",
+                    help="bert-base: a random 12 x 768 encoder (gte-base's shape) over --model's tokenizer, for "
+                    "throughput where gte-base cannot be loaded (its decisions then mean nothing)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--search", choices=["auto", "faiss", "torch"], default="auto")
     ap.add_argument("--index-size", type=int, default=None,
                     help="synthetic vectors for the search timing (default: 100,000 on CPU, 1M on CUDA)")
     args = ap.parse_args()
+    if args.size == "bert-base":
+        args.model = bert_base(args.model, Path(tempfile.mkdtemp()) / "bert-base")
     cuda = args.device == "cuda"
     index_size = args.index_size or (1_000_000 if cuda else 100_000)
     pairs = read_title_abstract(PAIRS, args.n)
