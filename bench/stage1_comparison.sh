@@ -6,6 +6,7 @@
 #   - selected tokens with distilled rows (pooled target, and token-state target),
 #   - fewer tokens (min_count 50) distilled at a higher rate (3e-3), DISTILL_STEPS steps,
 #   - the defaults (min_count 50, rate 3e-3, distilled for one pass over the corpus: 537 steps here),
+#   - the defaults again with another distillation seed (how much one score moves with the data order),
 #   - the rate and the threshold apart, one pass each: min_count 50 at 1e-3, min_count 100 at
 #     3e-3 and at 1e-3,
 #   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
@@ -30,6 +31,7 @@ OLD=(--min-count 20 --distill-lr 0.001)  # the defaults before 2026-11-23, eveni
 "${VOCAB[@]}" "${OLD[@]}" --out "$WORK/stage1-tokens" --distill-target tokens --distill-steps "$DISTILL_STEPS"
 "${VOCAB[@]}" --out "$WORK/stage1-mc50" --min-count 50 --distill-lr 0.003 --distill-steps "$DISTILL_STEPS"
 "${VOCAB[@]}" --out "$WORK/stage1-default"
+"${VOCAB[@]}" --out "$WORK/stage1-default-seed1" --distill-seed 1
 "${VOCAB[@]}" --out "$WORK/stage1-mc50-lr1" --min-count 50 --distill-lr 0.001
 "${VOCAB[@]}" --out "$WORK/stage1-mc100" --min-count 100 --distill-lr 0.003
 "${VOCAB[@]}" --out "$WORK/stage1-mc100-lr1" --min-count 100 --distill-lr 0.001
@@ -40,6 +42,7 @@ mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model base=offline:all-MiniLM-L6-v2 --model stage1-mean="$WORK/stage1-mean" \
   --model stage1-pooled="$WORK/stage1-pooled" --model stage1-tokens="$WORK/stage1-tokens" \
   --model stage1-mc50="$WORK/stage1-mc50" --model stage1-default="$WORK/stage1-default" \
+  --model stage1-default-seed1="$WORK/stage1-default-seed1" \
   --model stage1-mc50-lr1="$WORK/stage1-mc50-lr1" --model stage1-mc100="$WORK/stage1-mc100" \
   --model stage1-mc100-lr1="$WORK/stage1-mc100-lr1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \

@@ -290,6 +290,8 @@ def vocab(
                                                          f"{DistillConfig().max_steps}, or one pass over the corpus if "
                                                          "shorter; held-out texts stop it earlier).")] = None,
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = DistillConfig().lr,
+    distill_seed: Annotated[int, typer.Option(help="Seed of the distillation's data order (scores move with it: "
+                                              "docs/benchmarks.md measures two).")] = DistillConfig().seed,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
@@ -319,7 +321,7 @@ def vocab(
     try:
         cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
                           min_count=min_count, max_tokens=max_tokens, init=init,
-                          distill={"target": distill_target, "lr": distill_lr,
+                          distill={"target": distill_target, "lr": distill_lr, "seed": distill_seed,
                                    **({"max_steps": distill_steps} if distill_steps else {})},
                           text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
                           model_kind=model_kind)

@@ -48,6 +48,9 @@ def test_vocab_cli_roberta_with_reduction(tmp_path):
     reduce.write_text(json.dumps({"query": "the cells", "document": "a cell"}) + "\n")  # new content: not cached
     assert CliRunner().invoke(app, [*args, "--reduce-to-corpus", str(reduce)]).exit_code == 0
     assert json.loads((out / "vocab_report.json").read_text())["reduction"] != report["reduction"]
+    rows = (out / "model.safetensors").read_bytes()
+    assert CliRunner().invoke(app, [*args, "--reduce-to-corpus", str(reduce), "--distill-seed", "1"]).exit_code == 0
+    assert (out / "model.safetensors").read_bytes() != rows  # another data order: other distilled rows
 
 
 def test_corpus_readers(tmp_path):
