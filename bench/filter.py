@@ -28,21 +28,12 @@ sys.path.insert(0, str(ROOT))
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
 from mosaic_core.consistency import consistency_filter, search_top  # noqa: E402
 from mosaic_core.encode import GPU_BATCH_TOKENS, Encoder  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
 from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
-
-
-def bert_base(model: str, out: Path) -> str:
-    """A randomly initialised BERT-base-size encoder (12 x 768, gte-base's shape) over ``model``'s tokenizer."""
-    tok = AutoTokenizer.from_pretrained(resolve_model(model))
-    BertModel(BertConfig(vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                         intermediate_size=3072, max_position_embeddings=512)).save_pretrained(out)
-    tok.save_pretrained(out)
-    return str(out)
+from train_step import bert_base  # noqa: E402
 
 
 def timed(fn):
@@ -66,7 +57,7 @@ def main() -> None:
                     help="synthetic vectors for the search timing (default: 100,000 on CPU, 1M on CUDA)")
     args = ap.parse_args()
     if args.size == "bert-base":
-        args.model = bert_base(args.model, Path(tempfile.mkdtemp()) / "bert-base")
+        args.model = str(bert_base(resolve_model(args.model), Path(tempfile.mkdtemp()) / "bert-base"))
     cuda = args.device == "cuda"
     index_size = args.index_size or (1_000_000 if cuda else 100_000)
     pairs = read_title_abstract(PAIRS, args.n)

@@ -41,13 +41,19 @@ from stage_throughput import PAIRS, bench_stage1, read_title_abstract  # noqa: E
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0}
 
 
-def bert_base_over(stage1: Path, out: Path) -> Path:
-    """A BERT-base-size encoder, randomly initialised, over ``stage1``'s tokenizer and V_D."""
-    tok = AutoTokenizer.from_pretrained(stage1)
+def bert_base(tokenizer_dir: str | Path, out: Path) -> Path:
+    """A BERT-base-size encoder (12 x 768, gte-base's shape), randomly initialised, over the
+    tokenizer in ``tokenizer_dir``."""
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     BertModel(BertConfig(vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                          intermediate_size=3072, max_position_embeddings=512)).save_pretrained(out)
     tok.save_pretrained(out)
-    copy_domain_ids(stage1, out)
+    return out
+
+
+def bert_base_over(stage1: Path, out: Path) -> Path:
+    """A BERT-base-size encoder, randomly initialised, over ``stage1``'s tokenizer and V_D."""
+    copy_domain_ids(stage1, bert_base(stage1, out))
     return out
 
 
