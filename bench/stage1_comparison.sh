@@ -9,6 +9,8 @@
 #   - the defaults again with another distillation seed (how much one score moves with the data order),
 #   - the rate and the threshold apart, one pass each: min_count 50 at 1e-3, min_count 100 at
 #     3e-3 and at 1e-3,
+#   - the defaults distilled on sentences drawn per new token (32 each) instead of whole texts,
+#     at two seeds,
 #   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
 #     the distilled stage 1,
 #   - contrastive only from the base model, without new vocabulary, for 2·STEPS steps.
@@ -35,6 +37,8 @@ OLD=(--min-count 20 --distill-lr 0.001)  # the defaults before 2026-11-23, eveni
 "${VOCAB[@]}" --out "$WORK/stage1-mc50-lr1" --min-count 50 --distill-lr 0.001
 "${VOCAB[@]}" --out "$WORK/stage1-mc100" --min-count 100 --distill-lr 0.003
 "${VOCAB[@]}" --out "$WORK/stage1-mc100-lr1" --min-count 100 --distill-lr 0.001
+"${VOCAB[@]}" --out "$WORK/stage1-sentences" --distill-contexts sentences
+"${VOCAB[@]}" --out "$WORK/stage1-sentences-seed1" --distill-contexts sentences --distill-seed 1
 mosaic train --model "$WORK/stage1-pooled" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
 mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/contrastive-only" \
   --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
@@ -45,5 +49,6 @@ mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model stage1-default-seed1="$WORK/stage1-default-seed1" \
   --model stage1-mc50-lr1="$WORK/stage1-mc50-lr1" --model stage1-mc100="$WORK/stage1-mc100" \
   --model stage1-mc100-lr1="$WORK/stage1-mc100-lr1" \
+  --model stage1-sentences="$WORK/stage1-sentences" --model stage1-sentences-seed1="$WORK/stage1-sentences-seed1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model contrastive-only="$WORK/contrastive-only/1-contrastive"

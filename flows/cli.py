@@ -292,6 +292,12 @@ def vocab(
     distill_lr: Annotated[float, typer.Option(help="Adam learning rate of the distilled rows.")] = DistillConfig().lr,
     distill_seed: Annotated[int, typer.Option(help="Seed of the distillation's data order (scores move with it: "
                                               "docs/benchmarks.md measures two).")] = DistillConfig().seed,
+    distill_contexts: Annotated[str, typer.Option(
+        help="What the rows learn from: 'sentences' (up to --distill-per-token sentences drawn for each new "
+        "token, so rare tokens train as much as frequent ones) or 'texts' (the corpus texts as they come).")
+    ] = DistillConfig().contexts,
+    distill_per_token: Annotated[int, typer.Option(
+        help="With --distill-contexts sentences: sentences drawn per new token.")] = DistillConfig().per_token,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
@@ -322,6 +328,7 @@ def vocab(
         cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
                           min_count=min_count, max_tokens=max_tokens, init=init,
                           distill={"target": distill_target, "lr": distill_lr, "seed": distill_seed,
+                                   "contexts": distill_contexts, "per_token": distill_per_token,
                                    **({"max_steps": distill_steps} if distill_steps else {})},
                           text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
                           model_kind=model_kind)

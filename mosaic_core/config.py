@@ -77,6 +77,12 @@ class DistillConfig(_Frozen):
     patience: int = Field(4, ge=1, description="Stop after this many evaluations without a better held-out loss.")
     heldout_texts: int = Field(256, gt=0, description="Held-out windows that decide when to stop.")
     max_texts: int | None = Field(None, gt=0, description="Use at most this many training windows.")
+    contexts: Literal["texts", "sentences"] = Field(
+        "sentences", description="What the rows learn from: sentences drawn per new token, up to per_token of "
+        "them each (as token distillation does), so a rare token is seen about as often as a frequent one; or the "
+        "corpus texts as they come (a token gets as many updates as texts it is in). docs/benchmarks.md compares "
+        "them.")
+    per_token: int = Field(32, gt=0, description="contexts=sentences: sentences drawn for each new token.")
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     seed: int = 0
 

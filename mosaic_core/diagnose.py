@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+from mosaic_core.distill import split_sentences
 
 
 @dataclass
@@ -79,7 +79,7 @@ def term_sentences(texts: Iterable[str], term: str, limit: int) -> list[str]:
     for text in texts:
         if not pattern.search(text):
             continue
-        found += [s for s in SENTENCE_END.split(text) if pattern.search(s)][: limit - len(found)]
+        found += [s for s in split_sentences([text]) if pattern.search(s)][: limit - len(found)]
         if len(found) >= limit:
             break
     return found

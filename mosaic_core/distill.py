@@ -18,6 +18,12 @@ Targets (``DistillConfig.target``):
   position its own base state (AweDist's objective for an encoder); loss: mean squared error;
 * ``both`` — their sum.
 
+Contexts (``DistillConfig.contexts``): ``texts`` trains on the corpus texts as they come, so
+a token gets as many updates as texts it appears in; ``sentences`` splits the texts into
+sentences and draws, per new token, up to ``per_token`` sentences that hold it (token
+distillation's per-token snippets), so a drug name used 60 times is seen about as often as a
+word used 5,000 times.
+
 Held-out texts decide when to stop: every ``eval_every`` steps the held-out loss is measured,
 the best rows are kept, and training stops after ``patience`` evaluations without a gain.
 Resumable: the rows, the optimizer, the step and the best rows so far are checkpointed
@@ -30,7 +36,9 @@ import copy
 import logging
 import math
 import os
+import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -114,6 +122,29 @@ def make_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first
         if align is not None:
             windows.append(Window(b.ids, n.ids, align))
     return windows
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+
+
+def split_sentences(texts: Sequence[str]) -> list[str]:
+    """The texts split after a sentence's final ``.``, ``!`` or ``?`` (when the next one starts
+    with a capital, a digit or a bracket). An abbreviation may split a sentence in two: both
+    halves are still contexts of the words they hold."""
+    return [s for text in texts for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
+    """Windows drawn so each new token is in up to ``k`` of them: in a seeded random order, a
+    window is kept while one of its new tokens has fewer than ``k`` kept windows."""
+    seen: Counter[int] = Counter()
+    kept = []
+    for i in _order(len(windows), seed, 0):
+        tokens = {t for t in windows[i].new_ids if t >= first_new_id}
+        if any(seen[t] < k for t in tokens):
+            kept.append(windows[i])
+            seen.update(tokens)
+    return kept
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,7 +313,11 @@ class DistillState:
 
 
 def _windows(train_texts, heldout_texts, base_tok, new_tok, first: int, cfg: DistillConfig):
-    train = make_windows(train_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.max_texts]
+    if cfg.contexts == "sentences":
+        every = make_windows(split_sentences(train_texts), base_tok, new_tok, cfg.max_length, first)
+        train = per_token_windows(every, first, cfg.per_token, cfg.seed)[: cfg.max_texts]
+    else:
+        train = make_windows(train_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.max_texts]
     heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
     if not train or not heldout:
         raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "

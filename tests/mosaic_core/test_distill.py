@@ -1,6 +1,7 @@
 """Distilled initialisation of the new rows (mosaic_core.distill) on tiny models."""
 
 import json
+from collections import Counter
 
 import pytest
 import torch
@@ -10,7 +11,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from mosaic_core import distill as distill_module
 from mosaic_core.config import DistillConfig
-from mosaic_core.distill import align_positions, make_windows, reverted, token_drift
+from mosaic_core.distill import (Window, align_positions, make_windows, per_token_windows, reverted, split_sentences,
+                                 token_drift)
 from mosaic_core.vocab import build_expanded_model
 
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
@@ -145,3 +147,35 @@ def test_token_drift_measures_what_reading_one_token_as_its_pieces_again_restore
     totals = [t["total_rise"] for t in report.token_drift]
     assert report.token_drift and totals == sorted(totals, reverse=True)
     assert "still move embeddings" in report.to_markdown()
+
+
+def test_sentences_split_after_a_final_stop_and_keep_every_character():
+    texts = ["Propranolol lowered pressure (p < 0.05). Verapamil did not! Why? e.g. the 2nd arm.",
+             "  A title without a stop  ", ""]
+    assert split_sentences(texts) == ["Propranolol lowered pressure (p < 0.05).", "Verapamil did not!",
+                                "Why? e.g. the 2nd arm.",
+                                "A title without a stop"]
+
+
+def test_per_token_contexts_draw_up_to_k_windows_for_every_token_rare_ones_included():
+    first = 100
+    frequent = [Window([1], [1, 100, 2], [0]) for _ in range(50)]  # token 100 in 50 windows
+    mixed = [Window([1], [1, 100, 101, 2], [0]) for _ in range(3)]  # token 101 only here
+    windows = frequent + mixed + [Window([1], [1, 3, 2], [0])]  # and one without a new token
+    kept = per_token_windows(windows, first, 5, seed=0)
+    uses = Counter(t for w in kept for t in set(w.new_ids) if t >= first)
+    assert uses[101] == 3  # every window of the rare token, though 100 had its 5 before some of them
+    assert 5 <= uses[100] <= 5 + 3 and len(kept) == uses[100]
+    assert all(any(t >= first for t in w.new_ids) for w in kept)
+    assert [id(w) for w in per_token_windows(windows, first, 5, seed=0)] == [id(w) for w in kept]  # seed decides
+    assert [id(w) for w in per_token_windows(windows, first, 5, seed=1)] != [id(w) for w in kept]
+
+
+def test_sentence_contexts_distill_from_sentences_and_lower_the_held_out_loss(tmp_path):
+    base = tiny_bert(tmp_path / "base")
+    report = expand(base, tmp_path / "out", per_token=4, max_steps=10)  # contexts="sentences": the default
+    full = expand(base, tmp_path / "texts", contexts="texts", max_steps=10)
+    d = report.distill
+    # CORPUS: 96 one-sentence texts, each new token in many; 4 per token leaves far fewer.
+    assert 0 < d["windows"] <= 4 * report.tokens_added < full.distill["windows"]
+    assert d["heldout_loss_after"] < d["heldout_loss_before"]
