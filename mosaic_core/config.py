@@ -82,7 +82,9 @@ class DistillConfig(_Frozen):
         "them each (as token distillation does), so a rare token is seen about as often as a frequent one; or the "
         "corpus texts as they come (a token gets as many updates as texts it is in). docs/benchmarks.md compares "
         "them.")
-    per_token: int = Field(32, gt=0, description="contexts=sentences: sentences drawn for each new token.")
+    per_token: int = Field(
+        32, gt=0, description="contexts=sentences: sentences drawn for each new token (32: for the 1,375 tokens of "
+        "the biomedical pairs that is 25.5k sentences, one pass within the default 1,000 steps).")
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     seed: int = 0
 
