@@ -26,6 +26,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from mosaic_core.config import DistillConfig, VocabConfig  # noqa: E402
 from mosaic_core.distill import _order, _windows  # noqa: E402
 from mosaic_core.models import resolve_model  # noqa: E402
+from mosaic_core.vocab import split_heldout  # noqa: E402
 from storage.pairs_io import corpus_texts  # noqa: E402
 
 
@@ -39,9 +40,7 @@ def main() -> None:
     args = ap.parse_args()
 
     texts = corpus_texts(args.corpus, tuple(args.columns))
-    every = VocabConfig().heldout_every
-    train = [t for i, t in enumerate(texts) if i % every]
-    heldout = [t for i, t in enumerate(texts) if not i % every]
+    train, heldout = split_heldout(texts, VocabConfig().heldout_every)
     base = AutoTokenizer.from_pretrained(resolve_model(args.base_model))
     new = AutoTokenizer.from_pretrained(args.stage1)
     first, added = len(base), len(new) - len(base)

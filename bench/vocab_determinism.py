@@ -19,7 +19,7 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from mosaic_core.config import VocabConfig  # noqa: E402
 from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
-from mosaic_core.vocab import _Clock, plan_vocabulary  # noqa: E402
+from mosaic_core.vocab import _Clock, plan_vocabulary, split_heldout  # noqa: E402
 
 PAIRS = ROOT.parent / "shared" / "data" / "biomed" / "biomed_title_abstract.jsonl"
 
@@ -35,8 +35,7 @@ def main() -> None:
             rec = json.loads(line)
             texts += [t for t in (rec["title"], rec["abstract"]) if t]
     cfg = VocabConfig(base_model=OFFLINE_MODEL)
-    train = [t for i, t in enumerate(texts) if i % cfg.heldout_every]
-    held = [t for i, t in enumerate(texts) if not i % cfg.heldout_every]
+    train, held = split_heldout(texts, cfg.heldout_every)
     tok = AutoTokenizer.from_pretrained(resolve_model(OFFLINE_MODEL))
     runs = []
     for r in range(args.runs):

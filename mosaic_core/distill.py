@@ -313,11 +313,12 @@ class DistillState:
 
 
 def _windows(train_texts, heldout_texts, base_tok, new_tok, first: int, cfg: DistillConfig):
-    if cfg.contexts == "sentences":
-        every = make_windows(split_sentences(train_texts), base_tok, new_tok, cfg.max_length, first)
-        train = per_token_windows(every, first, cfg.per_token, cfg.seed)[: cfg.max_texts]
-    else:
-        train = make_windows(train_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.max_texts]
+    sentences = cfg.contexts == "sentences"
+    train = make_windows(split_sentences(train_texts) if sentences else train_texts, base_tok, new_tok,
+                         cfg.max_length, first)
+    if sentences:
+        train = per_token_windows(train, first, cfg.per_token, cfg.seed)
+    train = train[: cfg.max_texts]
     heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
     if not train or not heldout:
         raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "

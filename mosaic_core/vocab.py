@@ -687,6 +687,11 @@ class VocabPlan:
     held: Counter
 
 
+def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str]]:
+    """(training texts, held-out texts): every ``every``-th text, from the first, is held out."""
+    return [t for i, t in enumerate(texts) if i % every], [t for i, t in enumerate(texts) if not i % every]
+
+
 def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout: list[str], rows: int,
                     cfg: VocabConfig, clock: _Clock) -> VocabPlan:
     """Train the domain tokenizer on ``train`` and select its tokens by their evidence."""
@@ -771,8 +776,7 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     st = SentenceTransformer(resolve_model(cfg.base_model), device="cpu")
     transformer, base_tok = st[0], st[0].tokenizer
     encoder = transformer.auto_model
-    train = [t for i, t in enumerate(texts) if i % cfg.heldout_every]
-    heldout = [t for i, t in enumerate(texts) if not i % cfg.heldout_every]
+    train, heldout = split_heldout(texts, cfg.heldout_every)
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
     plan = plan_vocabulary(base_tok, train, heldout, encoder.get_input_embeddings().weight.shape[0], cfg, clock)

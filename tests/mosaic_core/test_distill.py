@@ -149,12 +149,11 @@ def test_token_drift_measures_what_reading_one_token_as_its_pieces_again_restore
     assert "still move embeddings" in report.to_markdown()
 
 
-def test_sentences_split_after_a_final_stop_and_keep_every_character():
+def test_sentences_split_after_a_final_stop_before_a_capital_digit_or_bracket():
     texts = ["Propranolol lowered pressure (p < 0.05). Verapamil did not! Why? e.g. the 2nd arm.",
              "  A title without a stop  ", ""]
     assert split_sentences(texts) == ["Propranolol lowered pressure (p < 0.05).", "Verapamil did not!",
-                                "Why? e.g. the 2nd arm.",
-                                "A title without a stop"]
+                                      "Why? e.g. the 2nd arm.", "A title without a stop"]
 
 
 def test_per_token_contexts_draw_up_to_k_windows_for_every_token_rare_ones_included():
