@@ -298,6 +298,11 @@ def vocab(
     ] = DistillConfig().contexts,
     distill_per_token: Annotated[int, typer.Option(
         help="With --distill-contexts sentences: sentences drawn per new token.")] = DistillConfig().per_token,
+    prune: Annotated[float, typer.Option(
+        help="Once the rows are initialised, drop this share (0 to <1) of the added tokens: those whose rows still "
+        "move embeddings the most per base piece they save, measured on training sentences.")] = VocabConfig().prune,
+    prune_sentences: Annotated[int, typer.Option(
+        help="With --prune: training sentences per token its cost is measured on.")] = VocabConfig().prune_sentences,
     columns: Annotated[
         Optional[list[str]], typer.Option(help="Text columns of a pairs file (repeatable).")
     ] = None,
@@ -316,7 +321,8 @@ def vocab(
     --min-count times and that shorten the words they appear in go into the base tokenizer's
     model, so they are used mid-word too. New rows start as the mean of their pieces and are
     then distilled: trained, alone, so the expanded model reproduces the base model's
-    embeddings of the corpus. Writes a model that SentenceTransformer/AutoModel load directly,
+    embeddings of the corpus; with --prune, the tokens whose rows still cost the most are then
+    dropped. Writes a model that SentenceTransformer/AutoModel load directly,
     domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added and rejected, the
     trade-off per threshold, fertility, drift before/after distillation).
     """
@@ -326,7 +332,8 @@ def vocab(
 
     try:
         cfg = VocabConfig(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
-                          min_count=min_count, max_tokens=max_tokens, init=init,
+                          min_count=min_count, max_tokens=max_tokens, init=init, prune=prune,
+                          prune_sentences=prune_sentences,
                           distill={"target": distill_target, "lr": distill_lr, "seed": distill_seed,
                                    "contexts": distill_contexts, "per_token": distill_per_token,
                                    **({"max_steps": distill_steps} if distill_steps else {})},

@@ -107,6 +107,12 @@ class VocabConfig(_Frozen):
     init: Literal["mean", "distill"] = Field(
         "distill", description="New rows: the mean of their base pieces, or that mean refined by distillation.")
     distill: DistillConfig = DistillConfig()
+    prune: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Once the rows are initialised, drop this share of the added tokens: those "
+        "whose rows still move embeddings the most per base piece they save (measured on training sentences), then "
+        "settle the selection again; kept tokens keep their rows. docs/benchmarks.md measures it.")
+    prune_sentences: int = Field(
+        8, gt=0, description="prune: training sentences per token on which its cost is measured.")
     heldout_every: int = Field(
         20, ge=2, description="Every n-th text is held out of training (fertility, drift, distillation's stop)."
     )

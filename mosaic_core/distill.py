@@ -134,17 +134,24 @@ def split_sentences(texts: Sequence[str]) -> list[str]:
     return [s for text in texts for s in _SENTENCE_END.split(text.strip()) if s]
 
 
-def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
-    """Windows drawn so each new token is in up to ``k`` of them: in a seeded random order, a
-    window is kept while one of its new tokens has fewer than ``k`` kept windows."""
+def _draw(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[tuple[Window, list[int]]]:
+    """(window, the new tokens it was drawn for): in a seeded random order, a window is kept
+    while one of its new tokens has fewer than ``k`` kept windows."""
     seen: Counter[int] = Counter()
     kept = []
     for i in _order(len(windows), seed, 0):
-        tokens = {t for t in windows[i].new_ids if t >= first_new_id}
-        if any(seen[t] < k for t in tokens):
-            kept.append(windows[i])
+        tokens = sorted({t for t in windows[i].new_ids if t >= first_new_id})
+        owed = [t for t in tokens if seen[t] < k]
+        if owed:
+            kept.append((windows[i], owed))
             seen.update(tokens)
     return kept
+
+
+def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
+    """Windows drawn so each new token is in up to ``k`` of them: in a seeded random order, a
+    window is kept while one of its new tokens has fewer than ``k`` kept windows."""
+    return [w for w, _ in _draw(windows, first_new_id, k, seed)]
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -411,6 +418,33 @@ def reverted(window: Window, token: int) -> list[int]:
 
 
 @torch.no_grad()
+def _rises(encoder: torch.nn.Module, pooling: Pooling, windows: list[tuple[Window, list[int]]], pad: int,
+           batch_size: int) -> dict[int, list[tuple[float, int]]]:
+    """Per new token: (rise of cos(base, expanded) when that token alone is read as its base
+    pieces again, base pieces it saves there) on each window it is listed for."""
+    rows, owners = [], []  # per window: base ids, new ids, then one reverted sequence per token
+    for w, (window, tokens) in enumerate(windows):
+        rows += [window.base_ids, window.new_ids, *(reverted(window, t) for t in tokens)]
+        owners += [(w, None), (w, -1), *((w, t) for t in tokens)]
+    emb = torch.zeros(len(rows), encoder.config.hidden_size)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths: little padding
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo: lo + batch_size]
+        ids, mask = _pad([rows[i] for i in idx], pad)
+        hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        emb[idx] = F.normalize(pool(hidden, mask, pooling).float(), dim=-1)
+    out: dict[int, list[tuple[float, int]]] = {}
+    base = full = None
+    for k, (w, t) in enumerate(owners):
+        if t is None:
+            base = emb[k]
+        elif t == -1:
+            full = float(base @ emb[k])
+        else:
+            out.setdefault(t, []).append((float(base @ emb[k]) - full, len(rows[k]) - len(windows[w][0].new_ids)))
+    return out
+
+
 def token_drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: Sequence[str],
                 max_length: int, first_new_id: int, batch_size: int = 32) -> list[dict]:
     """Which new tokens still move embeddings: on each text that holds new tokens (cut so both
@@ -419,28 +453,26 @@ def token_drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, t
     holding it, the mean and the total rise; largest total first. A token whose row reproduces
     its pieces well rises by about 0; a negative rise means the row does better than its pieces."""
     encoder.eval()
-    windows = make_windows(texts, base_tok, new_tok, max_length, first_new_id)
-    pad = base_tok.pad_token_id or 0
-    rows, owners = [], []  # per window: base ids, new ids, then one reverted sequence per new token
-    for window in windows:
-        tokens = sorted({t for t in window.new_ids if t >= first_new_id})
-        rows += [window.base_ids, window.new_ids, *(reverted(window, t) for t in tokens)]
-        owners += [None, -1, *tokens]
-    embs = []
-    for lo in range(0, len(rows), batch_size):
-        ids, mask = _pad(rows[lo: lo + batch_size], pad)
-        hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
-        embs.append(F.normalize(pool(hidden, mask, pooling).float(), dim=-1))
-    emb = torch.cat(embs) if embs else torch.zeros(0)
-    rises: dict[int, list[float]] = {}
-    base = full = None
-    for k, t in enumerate(owners):
-        if t is None:
-            base = emb[k]
-        elif t == -1:
-            full = float(base @ emb[k])
-        else:
-            rises.setdefault(t, []).append(float(base @ emb[k]) - full)
-    out = [{"token": new_tok.convert_ids_to_tokens(t), "texts": len(r), "mean_rise": sum(r) / len(r),
-            "total_rise": sum(r)} for t, r in rises.items()]
+    windows = [(w, sorted({t for t in w.new_ids if t >= first_new_id}))
+               for w in make_windows(texts, base_tok, new_tok, max_length, first_new_id)]
+    rises = _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size)
+    out = [{"token": new_tok.convert_ids_to_tokens(t), "texts": len(r), "mean_rise": sum(x for x, _ in r) / len(r),
+            "total_rise": sum(x for x, _ in r)} for t, r in rises.items()]
     return sorted(out, key=lambda d: (-d["total_rise"], d["token"]))
+
+
+def token_costs(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: Sequence[str],
+                max_length: int, first_new_id: int, k: int, seed: int = 0, batch_size: int = 32) -> dict[int, dict]:
+    """What each new token still costs, per base piece it saves: on up to ``k`` sentences of
+    ``texts`` that hold it (drawn as distillation draws them), the mean rise of cos(base
+    embedding, expanded embedding) when the token alone is read as its base pieces again,
+    divided by the mean number of pieces it saves there. Token id → ``cost``, ``rise``,
+    ``saved``, ``sentences``. Tokens in no sentence are absent."""
+    encoder.eval()
+    windows = _draw(make_windows(split_sentences(texts), base_tok, new_tok, max_length, first_new_id),
+                    first_new_id, k, seed)
+    out = {}
+    for t, r in _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size).items():
+        rise, saved = sum(x for x, _ in r) / len(r), sum(n for _, n in r) / len(r)
+        out[t] = {"cost": rise / max(saved, 1.0), "rise": rise, "saved": saved, "sentences": len(r)}
+    return out

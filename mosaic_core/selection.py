@@ -22,6 +22,8 @@ Unigram's Viterbi), over the corpus's distinct words weighted by their counts:
 Selection is a fixed point: drop the tokens that fail (``no_saving``, ``rare``: fewer than
 ``min_count`` uses), re-segment, repeat (a dropped token changes how other tokens are used);
 then, if ``max_tokens`` is set, keep the ``max_tokens`` with the largest saving and repeat.
+After the rows are initialised, stage 1 may drop the tokens whose rows still cost the most
+(``costly``, :func:`mosaic_core.vocab.prune_selection`) and settle again.
 It climbs to ``min_count`` through a ladder of thresholds (:data:`LADDER`), so the rarest
 fragments go first and never sway the counts of the tokens that remain. The result is a
 function of the candidate set (in its given, stable order), the corpus and the two knobs.
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
-REJECT_REASONS = ("not_a_word", "no_saving", "rare", "cap")
+REJECT_REASONS = ("not_a_word", "no_saving", "rare", "cap", "costly")
 
 
 def word_counts(tokenizer, texts: Iterable[str]) -> Counter:

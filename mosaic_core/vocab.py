@@ -40,7 +40,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from mosaic_core.config import VocabConfig
-from mosaic_core.distill import distill_rows, drift, token_drift
+from mosaic_core.distill import distill_rows, drift, token_costs, token_drift
 from mosaic_core.encode import max_positions, read_st_pooling
 from mosaic_core.card import facts, render
 from mosaic_core.modeldir import write_card, write_domain_ids, write_vocab_report
@@ -288,6 +288,7 @@ class VocabReport:
     drift_mean_init: dict | None = None
     drift: dict | None = None
     token_drift: list[dict] | None = None
+    pruned: dict | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     reduction: dict | None = None
 
@@ -312,6 +313,7 @@ class VocabReport:
             f"**{self.fertility_after:.3f}** (−{gain:.3f}); single-token words "
             f"{self.single_token_share_before:.1%} → **{self.single_token_share_after:.1%}**",
             "- new rows: mean of their base pieces" + (", then distilled" if self.init == "distill" else "")
+            + (f"; the costliest {self.pruned['share']:.0%} pruned" if self.pruned else "")
             + "; time: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items()),
         ]
         if self.kind == "BPE":
@@ -328,8 +330,13 @@ class VocabReport:
         lines = ["## Drift: cos(base embedding, stage-1 embedding) on held-out texts", "",
                  "| rows | mean | 5th percentile |", "| --- | ---: | ---: |",
                  f"| mean of pieces | {self.drift_mean_init['mean_cos']:.4f} | {self.drift_mean_init['p5_cos']:.4f} |"]
-        if self.drift and self.init == "distill":
-            lines.append(f"| distilled | **{self.drift['mean_cos']:.4f}** | **{self.drift['p5_cos']:.4f}** |")
+        final = self.drift and (self.init == "distill" or self.pruned)
+        if self.pruned and self.pruned["drift_before"]:
+            d = self.pruned["drift_before"]
+            lines.append(f"| distilled, every selected token | {d['mean_cos']:.4f} | {d['p5_cos']:.4f} |")
+        if final:
+            name = ("distilled" if self.init == "distill" else "mean of pieces") + (", pruned" if self.pruned else "")
+            lines.append(f"| {name} | **{self.drift['mean_cos']:.4f}** | **{self.drift['p5_cos']:.4f}** |")
         lines += ["", f"{self.drift_mean_init['texts']:,} held-out texts, {self.drift_mean_init['changed']:.0%} of "
                   "them hold a new token (the others embed exactly as before)."]
         if self.distill:
@@ -337,7 +344,23 @@ class VocabReport:
             lines.append(f"Distillation: {d['steps']} steps on {d['windows']:,} windows; held-out loss "
                          f"{d['heldout_loss_before']:.5f} → {d['heldout_loss_after']:.5f} (best at step "
                          f"{d['best_step']}; stopped: {d['stop_reason']}).")
-        return [*lines, "", *self._token_drift_lines()]
+        return [*lines, "", *self._pruned_lines(), *self._token_drift_lines()]
+
+    def _pruned_lines(self) -> list[str]:
+        if not self.pruned:
+            return []
+        p = self.pruned
+        rows = [f"| `{t['token']}` | {t['cost']:.4f} | {t['rise']:+.4f} | {t['saved']:.2f} | {t['sentences']} |"
+                for t in p["costliest"]]
+        return ["### Pruned: the tokens that cost the most per piece saved", "",
+                f"Each selected token was read as its base pieces again in up to {p['sentences_per_token']} training "
+                f"sentences that hold it ({p['measured']:,} tokens measured); its cost is the mean rise of cos(base, "
+                f"stage 1) that gives, per base piece it saves. The costliest {p['share']:.0%} were dropped "
+                f"({p['dropped']:,} tokens; {p['settled_out']:,} more fell out when the selection settled again): "
+                f"{p['tokens_before']:,} → {self.tokens_added:,} tokens, held-out fertility "
+                f"{p['fertility_before']:.3f} → {self.fertility_after:.3f}. The costliest dropped:", "",
+                "| token | cost per piece | rise | pieces saved | sentences |", "| --- | ---: | ---: | ---: | ---: |",
+                *rows, ""]
 
     def _token_drift_lines(self, top: int = 15) -> list[str]:
         if not self.token_drift:
@@ -604,9 +627,9 @@ DRIFT_MAX_LENGTH = 256
 
 
 def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[str]], counts, held, first_id: int,
-                      domain_state: dict, cfg: VocabConfig) -> tuple[Selection, list[dict]]:
-    """(the selection at ``cfg.min_count`` (and ``cfg.max_tokens``), and for every threshold of
-    the ladder: tokens added and the held-out fertility they give), from one climb."""
+                      domain_state: dict, cfg: VocabConfig) -> tuple[Selection, list[dict], Selector]:
+    """(the selection at ``cfg.min_count`` (and ``cfg.max_tokens``), for every threshold of the
+    ladder the tokens added and the held-out fertility they give, the selector), from one climb."""
     selector = Selector(spec, state, counts, first_id, domain_state)
     rows, chosen = [], None
     for step in selector.ladder(candidates, sorted({*LADDER, cfg.min_count})):
@@ -616,7 +639,7 @@ def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[s
         rows.append({"min_count": step.min_count, "tokens": len(step.tokens), "fertility": fert, "single": single})
         if step.min_count == cfg.min_count:
             chosen = selector.settle(step, cfg.min_count, cfg.max_tokens) if cfg.max_tokens else step
-    return chosen, rows
+    return chosen, rows, selector
 
 
 def _rejected_examples(chosen: Selection, per_reason: int = 15) -> dict[str, list[dict]]:
@@ -685,6 +708,7 @@ class VocabPlan:
     chosen: Selection
     thresholds: list[dict]
     held: Counter
+    selector: Selector
 
 
 def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str]]:
@@ -702,38 +726,108 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
     clock.lap("domain tokenizer")
     first_id = max(next_free_id(state), rows)  # padded matrices: never reuse a row
     held = word_counts(base_tok, heldout)
-    chosen, thresholds = select_with_table(spec, state, candidates, word_counts(base_tok, train), held, first_id,
-                                           tokenizer_state(domain), cfg)
+    chosen, thresholds, selector = select_with_table(spec, state, candidates, word_counts(base_tok, train), held,
+                                                     first_id, tokenizer_state(domain), cfg)
     clock.lap("selection")
-    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held)
+    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
 
 
 def _init_rows(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
                cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> tuple:
-    """(drift with mean-of-pieces rows, the distillation's result, drift after it, the tokens
-    that still move held-out embeddings): the rows of ``new_ids`` hold the mean of their pieces
-    on entry, and are distilled when ``cfg.init`` says so."""
+    """(drift with mean-of-pieces rows, the distillation's result): the rows of ``new_ids`` hold
+    the mean of their pieces on entry, and are distilled when ``cfg.init`` says so."""
     train, heldout = texts
-    if not new_ids:
-        return None, None, None, None
-    drift_texts = heldout[: cfg.distill.heldout_texts]
-    length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
-    before = drift(encoder, pooling, base_tok, expanded, drift_texts, length)
-    result = after = None
+    before = drift(encoder, pooling, base_tok, expanded, heldout[: cfg.distill.heldout_texts], _drift_length(encoder))
+    result = None
     if cfg.init == "distill":
         fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
                                                  cfg.model_dump(mode="json")]).encode()).hexdigest()
         result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill, out_dir,
                               fingerprint, progress=progress).to_dict()
         clock.lap("distillation")
-        after = drift(encoder, pooling, base_tok, expanded, drift_texts, length)
-    per_token = token_drift(encoder, pooling, base_tok, expanded, drift_texts, length, new_ids[0])
+    return before, result
+
+
+def _drift_length(encoder) -> int:
+    return min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+
+
+def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
+                    cfg: VocabConfig) -> tuple[Selection, list[str]]:
+    """(the selection without the ``share`` of its tokens that cost the most per piece saved,
+    settled again; those tokens, costliest first). ``costs``: token → :func:`token_costs`'s
+    entry; a token with no measured cost is kept. Deterministic: ties break on the token."""
+    chosen = plan.chosen
+    ranked = sorted((t for t in chosen.tokens if t in costs), key=lambda t: (-costs[t]["cost"], t))
+    drop = ranked[: round(share * len(chosen.tokens))]
+    start = Selection({t: p for t, p in chosen.tokens.items() if t not in set(drop)},
+                      {**chosen.rejected, **dict.fromkeys(drop, "costly")},
+                      {**chosen.rejected_uses, **{t: chosen.uses[t] for t in drop}}, {}, {}, chosen.iterations,
+                      chosen.min_count)
+    return plan.selector.settle(start, cfg.min_count, cfg.max_tokens), drop
+
+
+def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
+           train: list[str], cfg: VocabConfig, out_dir: Path) -> tuple:
+    """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows:
+    a kept token keeps its row; ids stay contiguous from ``plan.first_id``. Returns (tokenizer,
+    entries, new ids, piece ids, the pruning's record for the report)."""
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
+                           cfg.prune_sentences, cfg.distill.seed)
+    costs = {expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
+    kept_before = len(entries)
+    fertility_before = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)[1]
+    selection, dropped = prune_selection(plan, costs, cfg.prune, cfg)
+    weight = encoder.get_input_embeddings().weight
+    rows = dict(zip(entries, weight.detach()[new_ids].clone(), strict=True))
+    expanded, entries = expand_tokenizer(base_tok, plan.spec, selection.tokens, plan.first_id, plan.domain, out_dir)
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
+    encoder.resize_token_embeddings(plan.first_id, mean_resizing=False)  # the base rows only
+    expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
+    with torch.no_grad():
+        weight = encoder.get_input_embeddings().weight
+        for token, i in zip(entries, new_ids, strict=True):
+            if token in rows:  # else (a BPE merge intermediate new to this chain): the mean of its pieces
+                weight[i] = rows[token]
+    record = {"share": cfg.prune, "sentences_per_token": cfg.prune_sentences, "measured": len(costs),
+              "dropped": len(dropped), "tokens_before": kept_before, "fertility_before": fertility_before,
+              "settled_out": len(plan.chosen.tokens) - len(dropped) - len(selection.tokens),
+              "costliest": [{"token": t, **costs[t]} for t in dropped[:15]],
+              "kept_max_cost": max((costs[t]["cost"] for t in selection.tokens if t in costs), default=None)}
+    plan.chosen = selection
+    return expanded, entries, new_ids, piece_ids, record
+
+
+def _rows(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
+          texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path, progress: bool,
+          clock: _Clock) -> tuple[tuple, dict | None]:
+    """Initialise the new rows, prune when ``cfg.prune`` says so, measure the drift. Returns
+    ((drift with mean rows, distillation result, final drift, drift per token), the pruning's
+    record with its new ``tokenizer``: (tokenizer, entries, new ids, piece ids)) or ``None``."""
+    if not entries:
+        return (None, None, None, None), None
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    heldout = texts[1][: cfg.distill.heldout_texts]
+    before, distilled = _init_rows(encoder, pooling, base_tok, expanded, new_ids, texts, cfg, out_dir, progress,
+                                   clock)
+    pruned = None
+    if cfg.prune:
+        unpruned = drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder)) if distilled else None
+        expanded, entries, new_ids, piece_ids, pruned = _prune(plan, encoder, pooling, base_tok, expanded, entries,
+                                                               texts[0], cfg, out_dir)
+        pruned |= {"drift_before": unpruned, "tokenizer": (expanded, entries, new_ids, piece_ids)}
+        clock.lap("pruning")
+    after = (drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder))
+             if new_ids and (distilled or pruned) else None)
+    per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder), plan.first_id)
     clock.lap("drift per token")
-    return before, result, after, per_token
+    return (before, distilled, after, per_token), pruned
 
 
 def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
-            rows: tuple[dict | None, ...], clock: _Clock) -> VocabReport:
+            rows: tuple[dict | None, ...], pruned: dict | None, clock: _Clock) -> VocabReport:
     chosen = plan.chosen
     words, fert_before, single_before = fertility_of(Segmenter(plan.state), plan.held)
     _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)
@@ -752,7 +846,7 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
         heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
         single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
         distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, token_drift=per_token,
-        seconds=clock.laps)
+        pruned=pruned, seconds=clock.laps)
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
@@ -788,7 +882,10 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
     expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
     pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
-    rows = _init_rows(encoder, pooling, base_tok, expanded, new_ids, (train, heldout), cfg, out_dir, progress, clock)
+    rows, pruned = _rows(plan, encoder, pooling, base_tok, expanded, entries, (train, heldout), cfg, out_dir,
+                         progress, clock)
+    if pruned:
+        expanded, entries, new_ids, piece_ids = pruned.pop("tokenizer")
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
     if not _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids) and cfg.model_kind == "sparse":
@@ -798,7 +895,7 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
         convert_to_sparse(out_dir)
     write_domain_ids(out_dir, new_ids)
     clock.lap("save")
-    report = _report(plan, base_tok, expanded, entries, cfg, rows, clock)
+    report = _report(plan, base_tok, expanded, entries, cfg, rows, pruned, clock)
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
     log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", report.tokens_added,

@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoTokenizer
 from mosaic_core import distill as distill_module
 from mosaic_core.config import DistillConfig
 from mosaic_core.distill import (Window, align_positions, make_windows, per_token_windows, reverted, split_sentences,
-                                 token_drift)
+                                 token_costs, token_drift)
 from mosaic_core.vocab import build_expanded_model
 
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
@@ -22,9 +22,9 @@ FAST = dict(batch_size=8, max_steps=40, epochs=10, eval_every=5, patience=20, lr
             precision="fp32")
 
 
-def expand(base, out, **distill):
+def expand(base, out, prune=0.0, **distill):
     return build_expanded_model(CORPUS, out, stage1_config(base, vocab_size=300, heldout_every=5, init="distill",
-                                                           distill=DistillConfig(**{**FAST, **distill})))
+                                                           prune=prune, distill=DistillConfig(**{**FAST, **distill})))
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +178,47 @@ def test_sentence_contexts_distill_from_sentences_and_lower_the_held_out_loss(tm
     # CORPUS: 96 one-sentence texts, each new token in many; 4 per token leaves far fewer.
     assert 0 < d["windows"] <= 4 * report.tokens_added < full.distill["windows"]
     assert d["heldout_loss_after"] < d["heldout_loss_before"]
+
+
+def test_token_costs_put_a_spoiled_row_first_and_count_the_pieces_it_saves(distilled):
+    base, _, out, _ = distilled
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    model, first = AutoModel.from_pretrained(out), len(base_tok)
+    spoiled = new_tok.convert_tokens_to_ids("hepatocytes")
+    with torch.no_grad():
+        model.get_input_embeddings().weight[spoiled] *= -20
+    costs = token_costs(model, "mean", base_tok, new_tok, CORPUS, 64, first, k=3)
+    assert max(costs, key=lambda t: costs[t]["cost"]) == spoiled
+    assert costs[spoiled]["saved"] == len(base_tok.tokenize("hepatocytes")) - 1
+    assert costs[spoiled]["cost"] == pytest.approx(costs[spoiled]["rise"] / costs[spoiled]["saved"])
+    assert all(1 <= c["sentences"] <= 3 for c in costs.values())
+    assert costs == token_costs(model, "mean", base_tok, new_tok, CORPUS, 64, first, k=3)  # a function of the seed
+
+
+def test_pruning_drops_the_costliest_tokens_and_the_rest_keep_their_distilled_rows(distilled, tmp_path):
+    base, _, full_dir, full = distilled
+    report = expand(base, tmp_path / "pruned", prune=0.34)
+    p = report.pruned
+    assert p["tokens_before"] == full.tokens_added and p["dropped"] == round(0.34 * full.tokens_added) > 0
+    assert report.tokens_added == full.tokens_added - p["dropped"] - p["settled_out"]
+    assert report.rejected["costly"] == p["dropped"]
+    dropped = [t["token"] for t in p["costliest"]]
+    costs = [t["cost"] for t in p["costliest"]]
+    assert costs == sorted(costs, reverse=True) and costs[-1] >= p["kept_max_cost"]
+    tok, full_tok = AutoTokenizer.from_pretrained(tmp_path / "pruned"), AutoTokenizer.from_pretrained(full_dir)
+    first = len(AutoTokenizer.from_pretrained(base))
+    assert not set(dropped) & set(tok.get_vocab())
+    kept = tok.convert_ids_to_tokens(list(range(first, len(tok))))  # contiguous ids from the first new one
+    assert len(kept) == report.tokens_added and not set(kept) & set(dropped)
+    emb = "embeddings.word_embeddings.weight"
+    old = AutoModel.from_pretrained(full_dir).state_dict()
+    new = AutoModel.from_pretrained(tmp_path / "pruned").state_dict()
+    assert new[emb].shape[0] == first + len(kept)
+    assert torch.equal(new[emb][:first], old[emb][:first])
+    assert torch.equal(new[emb][first:], old[emb][full_tok.convert_tokens_to_ids(kept)])
+    word = dropped[0].removeprefix("##")
+    assert tok.tokenize(word) == AutoTokenizer.from_pretrained(base).tokenize(word)  # read as base pieces again
+    assert p["fertility_before"] == pytest.approx(full.fertility_after)
+    assert report.fertility_after >= full.fertility_after
+    assert p["drift_before"] == full.drift
+    assert "Pruned" in report.to_markdown() and "costly" in report.to_markdown()
