@@ -9,7 +9,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+from scipy.stats import bootstrap
 
 from mosaic_core.evaluation import TaskScore
 
@@ -47,6 +49,50 @@ def markdown_table(scores: dict[str, list[TaskScore]], metrics: dict[str, str]) 
             text = "–" if v is None else f"{100 * v:.2f}"
             cells.append(f"**{text}**" if v is not None and v == best and len(models) > 1 else text)
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired_differences(scores: dict[str, list[TaskScore]], resamples: int = 2000,
+                       seed: int = 0) -> list[dict]:
+    """Each model against the first, per retrieval task scored per query: the mean per-query
+    difference of NDCG@10 and its 95 % paired bootstrap interval (the same queries resampled for
+    both models; seeded, so a report is reproducible), and how many queries changed at all.
+    An interval that holds 0 is a difference these queries cannot tell from none."""
+    models = list(scores)
+    if len(models) < 2:
+        return []
+    reference = {s.task: s.per_query for s in scores[models[0]] if s.per_query}
+    out = []
+    for model in models[1:]:
+        for s in scores[model]:
+            ref = reference.get(s.task)
+            if not s.per_query or not ref:
+                continue
+            queries = sorted(set(ref) & set(s.per_query))
+            diff = np.array([s.per_query[q] - ref[q] for q in queries])
+            if len(diff) < 2 or not diff.any():
+                low = high = float(diff.mean()) if len(diff) else 0.0
+            else:
+                ci = bootstrap((diff,), np.mean, n_resamples=resamples, method="percentile",
+                               rng=np.random.default_rng(seed)).confidence_interval
+                low, high = float(ci.low), float(ci.high)
+            out.append({"model": model, "reference": models[0], "task": s.task, "queries": len(queries),
+                        "changed": int(np.count_nonzero(diff)), "mean": float(diff.mean()) if len(diff) else 0.0,
+                        "low": low, "high": high})
+    return out
+
+
+def differences_table(differences: list[dict]) -> str:
+    """Markdown of :func:`paired_differences` (×100)."""
+    if not differences:
+        return ""
+    lines = [f"Against {differences[0]['reference']}, per query (NDCG@10 × 100; 95 % paired bootstrap "
+             "interval):", "",
+             "| model | task | difference | 95 % interval | queries changed |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    lines += [f"| {d['model']} | {d['task']} | {100 * d['mean']:+.2f} | "
+              f"[{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] | {d['changed']} of {d['queries']} |"
+              for d in differences]
     return "\n".join(lines)
 
 
@@ -101,19 +147,23 @@ def write_report(scores: dict[str, list[TaskScore]], out_dir: Path, metadata: di
     table = markdown_table(scores, metrics)
     bars = bar_chart(scores, out_dir / "scores.png")
     box = box_plot(scores, out_dir / "ndcg_boxplot.png")
+    differences = paired_differences(scores)
+    paired = differences_table(differences)
     meta_lines = [f"- **{k}**: `{v}`" for k, v in metadata.items()]
     md = "\n".join(["# MOSAIC evaluation report", "", table, "", *(f"> {n}" for n in notes), "",
+                    *([paired, ""] if paired else []),
                     "![scores](scores.png)", "", *([f"![per-query NDCG@10]({box.name})", ""] if box else []),
                     "## Run metadata", *meta_lines, ""])
     (out_dir / "report.md").write_text(md)
-    (out_dir / "report.html").write_text(_html(table, [bars, box], metadata, notes))
+    (out_dir / "report.html").write_text(_html(table, [bars, box], metadata, notes, paired))
     (out_dir / "results.json").write_text(json.dumps(
-        {"metadata": metadata, "scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()}}, indent=1))
+        {"metadata": metadata, "scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()},
+         "differences": differences}, indent=1))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html", "bars": bars,
             **({"boxplot": box} if box else {})}
 
 
-def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Sequence[str]) -> str:
+def _html_table(table_md: str) -> str:
     rows = [r.strip("|").split("|") for r in table_md.splitlines()]
     head, body = rows[0], rows[2:]
 
@@ -123,8 +173,15 @@ def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Seque
         inner = html.escape(text.strip("*"))
         return f"<{tag}{' class=best' if bold else ''}>{inner}</{tag}>"
 
-    table = ("<table><tr>" + "".join(cell("th", c) for c in head) + "</tr>"
-             + "".join("<tr>" + "".join(cell("td", c) for c in r) + "</tr>" for r in body) + "</table>")
+    return ("<table><tr>" + "".join(cell("th", c) for c in head) + "</tr>"
+            + "".join("<tr>" + "".join(cell("td", c) for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Sequence[str], paired: str = "") -> str:
+    table = _html_table(table_md)
+    if paired:
+        caption, _, rows = paired.partition("\n\n")
+        table += f"<p>{html.escape(caption)}</p>{_html_table(rows)}"
     imgs = "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
                    for p in images if p is not None)
     meta = "".join(f"<tr><th>{html.escape(str(k))}</th><td><code>{html.escape(str(v))}</code></td></tr>"

@@ -137,3 +137,27 @@ def test_report_marks_the_best_and_embeds_images(tmp_path):
     html = paths["html"].read_text()
     assert html.count("data:image/png;base64,") == 2 and "class=best" in html
     assert paths["bars"].read_bytes()[:4] == b"\x89PNG" and paths["boxplot"].exists()
+
+
+def test_report_gives_each_model_a_paired_interval_against_the_first(tmp_path):
+    from mosaic_core.evaluation import TaskScore
+    from mosaic_core.report import paired_differences
+
+    queries = [f"q{i}" for i in range(100)]
+    base = {q: 0.5 for q in queries}
+    better = {q: 0.7 if i < 20 else 0.5 for i, q in enumerate(queries)}  # +0.2 on a fifth of the queries
+    noisy = {q: 0.5 + (0.3 if i % 2 else -0.3) for i, q in enumerate(queries)}  # as many up as down
+    scores = {"base": [TaskScore("A", "ndcg_at_10", 0.5, per_query=base), TaskScore("B", "cosine_spearman", 0.7)],
+              "better": [TaskScore("A", "ndcg_at_10", 0.54, per_query=better)],
+              "noisy": [TaskScore("A", "ndcg_at_10", 0.5, per_query=noisy)],
+              "same": [TaskScore("A", "ndcg_at_10", 0.5, per_query=dict(base))]}
+    diffs = {d["model"]: d for d in paired_differences(scores)}
+    assert set(diffs) == {"better", "noisy", "same"}  # only tasks scored per query
+    b, n, s = diffs["better"], diffs["noisy"], diffs["same"]
+    assert b["mean"] == pytest.approx(0.04) and 0 < b["low"] < 0.04 < b["high"] and b["changed"] == 20
+    assert n["mean"] == pytest.approx(0.0) and n["low"] < 0 < n["high"] and n["changed"] == 100
+    assert (s["mean"], s["low"], s["high"], s["changed"]) == (0.0, 0.0, 0.0, 0)
+    assert paired_differences(scores) == list(diffs.values())  # seeded: the same report twice
+    md = write_report(scores, tmp_path, {})["markdown"].read_text()
+    assert "| better | A | +4.00 | [" in md and "20 of 100" in md
+    assert "Against base" in (tmp_path / "report.html").read_text()
