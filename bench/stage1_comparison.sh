@@ -10,7 +10,8 @@
 #   - the rate and the threshold apart, one pass each: min_count 50 at 1e-3, min_count 100 at
 #     3e-3 and at 1e-3,
 #   - the defaults distilled on sentences drawn per new token (32 each) instead of whole texts,
-#     at two seeds,
+#     at two seeds, and at min_count 100 with 64 sentences per token,
+#   - the defaults with the costliest 20 % of the tokens pruned after distillation, at two seeds,
 #   - the paper preset (joint, contrastive; STEPS steps each, the ablations' CPU budget) from
 #     the distilled stage 1,
 #   - contrastive only from the base model, without new vocabulary, for 2·STEPS steps.
@@ -18,7 +19,8 @@
 #   bash bench/stage1_comparison.sh [WORK_DIR] [STEPS] [DISTILL_STEPS]
 #
 # Defaults: STEPS 40, DISTILL_STEPS 400 (the 2-core VM's budget; on a GPU drop the caps).
-# Writes WORK_DIR/report/report.{md,html}; each stage 1's vocab_report.md has its tokens,
+# Writes WORK_DIR/report/report.{md,html} (with each model's paired interval against the base);
+# each stage 1's vocab_report.md has its tokens,
 # fertility, drift and the seconds each step took.
 set -euo pipefail
 WORK=${1:-mosaic-stage1}
@@ -39,6 +41,9 @@ OLD=(--min-count 20 --distill-lr 0.001)  # the defaults before 2026-11-23, eveni
 "${VOCAB[@]}" --out "$WORK/stage1-mc100-lr1" --min-count 100 --distill-lr 0.001
 "${VOCAB[@]}" --out "$WORK/stage1-sentences" --distill-contexts sentences
 "${VOCAB[@]}" --out "$WORK/stage1-sentences-seed1" --distill-contexts sentences --distill-seed 1
+"${VOCAB[@]}" --out "$WORK/stage1-mc100-pt64" --min-count 100 --distill-per-token 64
+"${VOCAB[@]}" --out "$WORK/stage1-prune20" --prune 0.2
+"${VOCAB[@]}" --out "$WORK/stage1-prune20-seed1" --prune 0.2 --distill-seed 1
 mosaic train --model "$WORK/stage1-pooled" --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/paper" --preset paper "${SET[@]}"
 mosaic train --model offline:all-MiniLM-L6-v2 --pairs "$PAIRS" "${COLS[@]}" --out "$WORK/contrastive-only" \
   --preset contrastive-only "${SET[@]}" --set contrastive.max_steps=$((2 * STEPS))
@@ -50,5 +55,7 @@ mosaic eval --out "$WORK/report" "${EVAL[@]}" \
   --model stage1-mc50-lr1="$WORK/stage1-mc50-lr1" --model stage1-mc100="$WORK/stage1-mc100" \
   --model stage1-mc100-lr1="$WORK/stage1-mc100-lr1" \
   --model stage1-sentences="$WORK/stage1-sentences" --model stage1-sentences-seed1="$WORK/stage1-sentences-seed1" \
+  --model stage1-mc100-pt64="$WORK/stage1-mc100-pt64" \
+  --model stage1-prune20="$WORK/stage1-prune20" --model stage1-prune20-seed1="$WORK/stage1-prune20-seed1" \
   --model joint="$WORK/paper/1-joint" --model joint+contrastive="$WORK/paper/2-contrastive" \
   --model contrastive-only="$WORK/contrastive-only/1-contrastive"

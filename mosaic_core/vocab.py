@@ -16,7 +16,11 @@
    tokenization holds no new token is tokenized exactly as before.
 4. Grow the embedding matrix; each new row is the mean of the base rows of the pieces the
    *base* tokenizer splits the token into (``##xyz`` split as it occurs inside a word).
-   Old rows stay bit-identical; the encoder is untouched.
+   Old rows stay bit-identical; the encoder is untouched. The rows are then distilled
+   (:mod:`mosaic_core.distill`).
+5. Optionally (``VocabConfig.prune``) drop the share of the added tokens whose rows still cost
+   the most per base piece saved (:func:`mosaic_core.distill.token_costs`), settle the
+   selection again and rebuild tokenizer and rows; kept tokens keep their rows.
 
 The new token ids are the domain vocabulary V_D used by the domain-restricted MLM of stage 2.
 """

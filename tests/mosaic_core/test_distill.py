@@ -95,14 +95,18 @@ def test_interrupted_distillation_resumes_to_the_same_rows(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("family", ["roberta", "xlmr"])
-def test_bpe_and_unigram_bases_distill_too(tmp_path, family):
+def test_bpe_and_unigram_bases_distill_and_prune_too(tmp_path, family):
     base = tiny_encoder(tmp_path / "base", family)
-    report = expand(base, tmp_path / "out", max_steps=10)
+    report = expand(base, tmp_path / "out", prune=0.25, max_steps=10)
     assert report.tokens_added > 0 and report.distill["windows"] > 0
     assert report.distill["heldout_loss_after"] < report.distill["heldout_loss_before"]
+    assert report.pruned["dropped"] > 0 and report.tokens_added < report.pruned["tokens_before"]
     old = AutoModel.from_pretrained(base).get_input_embeddings().weight
     new = AutoModel.from_pretrained(tmp_path / "out").get_input_embeddings().weight
-    assert torch.equal(new[: old.shape[0]], old)
+    assert torch.equal(new[: old.shape[0]], old) and new.shape[0] == old.shape[0] + report.tokens_added
+    tok = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert len(tok) == new.shape[0]  # every row is a token: ids contiguous after the drop
+    assert not {t["token"] for t in report.pruned["costliest"]} & set(tok.get_vocab())
 
 
 def test_windows_align_each_base_piece_with_the_new_token_that_covers_it(distilled):
