@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from mosaic_core.evaluation import TaskScore
 from mosaic_core.heldout import SELECT_METRIC
-from mosaic_core.report import bar_chart, box_plot, grid
+from mosaic_core.report import bar_chart, box_plot, differences_table, grid, paired_differences
 
 
 @dataclass
@@ -41,18 +41,36 @@ class RunStory:
     metadata: dict = field(default_factory=dict)
 
 
+def paired(story: RunStory) -> list[dict]:
+    """Every model against the base, per query (:func:`mosaic_core.report.paired_differences`)."""
+    if story.base not in story.scores:
+        return []
+    return paired_differences({story.base: story.scores[story.base],
+                               **{m: s for m, s in story.scores.items() if m != story.base}})
+
+
 def headline(story: RunStory) -> list[str]:
-    """Sentences: the candidate against the base, task by task, in plain words."""
+    """Sentences: the candidate against the base, task by task, in plain words, with the paired
+    interval of the difference where the task is scored per query."""
     _, tasks, values = grid(story.scores)
+    intervals = {d["task"]: d for d in paired(story) if d["model"] == story.candidate}
     lines = []
     for task in tasks:
         mine, base = values.get((story.candidate, task)), values.get((story.base, task))
         if mine is None or base is None:
             continue
         what = story.task_words.get(task, f"on {task}")
-        verb = "better than" if mine > base else "no better than" if mine == base else "worse than"
+        verdict = ("better than the base" if mine > base else "no better than the base" if mine == base
+                   else "worse than the base")
+        change = f"{100 * (mine - base):+.1f}"
+        d = intervals.get(task)
+        if d:
+            change += f"; 95 % interval {100 * d['low']:+.1f} to {100 * d['high']:+.1f} over {d['queries']} queries"
+            if d["low"] <= 0 <= d["high"] and mine != base:
+                verdict = (f"{'above' if mine > base else 'below'} the base by less than these queries can tell "
+                           "from no change")
         lines.append(f"**{task}** — {what}: the adapted model scores **{100 * mine:.1f}**, the base model "
-                     f"{100 * base:.1f} ({100 * (mine - base):+.1f}): {verb} the base.")
+                     f"{100 * base:.1f} ({change}): {verdict}.")
     return lines
 
 
@@ -137,9 +155,11 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     bars = bar_chart(story.scores, out_dir / "scores.png")
     box = box_plot(story.scores, out_dir / "ndcg_boxplot.png")
     curves = training_curves(story.stages, out_dir)
+    differences = paired(story)
     images = [p for p in (bars, box, *curves) if p is not None]
     lines = ["# MOSAIC run report", "", *(f"- {h}" for h in headline(story)), "", *_decision(story.decision),
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
+             *([differences_table(differences), ""] if differences else []),
              *_funnel(story), *_stage1(story.vocab), "## Charts", "",
              *(f"![{p.stem}]({p.name})" for p in images), "",
              "## Run metadata", "", *(f"- **{k}**: `{v}`" for k, v in story.metadata.items()), ""]
@@ -147,7 +167,7 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     (out_dir / "report.md").write_text(md)
     (out_dir / "report.html").write_text(_html(md, out_dir))
     (out_dir / "results.json").write_text(json.dumps(
-        {"metadata": story.metadata, "decision": story.decision,
+        {"metadata": story.metadata, "decision": story.decision, "differences": differences,
          "scores": {m: [s.__dict__ for s in ss] for m, ss in story.scores.items()}}, indent=1))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
 

@@ -36,7 +36,12 @@ def test_the_report_leads_with_the_verdict_in_words_and_a_delta_column(report):
     md = report["markdown"].read_text()
     lead = md.split("## Evaluation")[0]
     assert "**invented-terms** — finding documents about an invented drug from what it does: the adapted model " \
-           "scores **61.0**, the base model 24.0 (+37.0): better than the base." in lead
+           "scores **61.0**, the base model 24.0 (+37.0; 95 % interval +30.0 to +40.0 over 2 queries): better " \
+           "than the base." in lead
+    # q1 +0.1, q2 −0.04: an interval that holds 0 says so
+    assert "(+3.0; 95 % interval -4.0 to +10.0 over 2 queries): above the base by less than these queries can " \
+           "tell from no change." in lead
+    assert "| contrastive | invented-terms | +35.00 | [+30.00, +40.00] | 2 of 2 |" in md
     assert "**Publish gate:** published: contrastive is not worse" in lead
     assert "| **contrastive** | 83.00 | +3.00 | 61.00 | +37.00 |" in md
     assert "| citations parsed | 1,250 | 3 files |" in md and "zorvatide" in md
