@@ -774,8 +774,9 @@ def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
 def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
            train: list[str], cfg: VocabConfig, out_dir: Path) -> tuple:
     """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows:
-    a kept token keeps its row; ids stay contiguous from ``plan.first_id``. Returns (tokenizer,
-    entries, new ids, piece ids, the pruning's record for the report)."""
+    a kept token keeps its row; ids stay contiguous from ``plan.first_id``; ``plan.chosen``
+    becomes the pruned selection. Returns (tokenizer, entries, new ids, piece ids, the pruning's
+    record for the report)."""
     new_ids = expanded.convert_tokens_to_ids(list(entries))
     measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
                            cfg.prune_sentences, cfg.distill.seed)
