@@ -149,8 +149,7 @@ def _draw(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[t
 
 
 def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
-    """Windows drawn so each new token is in up to ``k`` of them: in a seeded random order, a
-    window is kept while one of its new tokens has fewer than ``k`` kept windows."""
+    """Windows drawn so each new token is in up to ``k`` of them (:func:`_draw`'s windows)."""
     return [w for w, _ in _draw(windows, first_new_id, k, seed)]
 
 

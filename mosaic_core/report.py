@@ -52,20 +52,21 @@ def markdown_table(scores: dict[str, list[TaskScore]], metrics: dict[str, str]) 
     return "\n".join(lines)
 
 
-def paired_differences(scores: dict[str, list[TaskScore]], resamples: int = 2000,
+def paired_differences(scores: dict[str, list[TaskScore]], reference: str | None = None, resamples: int = 2000,
                        seed: int = 0) -> list[dict]:
-    """Each model against the first, per retrieval task scored per query: the mean per-query
-    difference of NDCG@10 and its 95 % paired bootstrap interval (the same queries resampled for
-    both models; seeded, so a report is reproducible), and how many queries changed at all.
-    An interval that holds 0 is a difference these queries cannot tell from none."""
-    models = list(scores)
-    if len(models) < 2:
+    """Each model against ``reference`` (default: the first), per retrieval task scored per
+    query: the mean per-query difference of NDCG@10 and its 95 % paired bootstrap interval (the
+    same queries resampled for both models; seeded, so a report is reproducible), and how many
+    queries changed at all. An interval that holds 0 is a difference these queries cannot tell
+    from none."""
+    reference = next(iter(scores), None) if reference is None else reference
+    if reference not in scores:
         return []
-    reference = {s.task: s.per_query for s in scores[models[0]] if s.per_query}
+    per_task = {s.task: s.per_query for s in scores[reference] if s.per_query}
     out = []
-    for model in models[1:]:
+    for model in (m for m in scores if m != reference):
         for s in scores[model]:
-            ref = reference.get(s.task)
+            ref = per_task.get(s.task)
             if not s.per_query or not ref:
                 continue
             queries = sorted(set(ref) & set(s.per_query))
@@ -76,7 +77,7 @@ def paired_differences(scores: dict[str, list[TaskScore]], resamples: int = 2000
                 ci = bootstrap((diff,), np.mean, n_resamples=resamples, method="percentile",
                                rng=np.random.default_rng(seed)).confidence_interval
                 low, high = float(ci.low), float(ci.high)
-            out.append({"model": model, "reference": models[0], "task": s.task, "queries": len(queries),
+            out.append({"model": model, "reference": reference, "task": s.task, "queries": len(queries),
                         "changed": int(np.count_nonzero(diff)), "mean": float(diff.mean()) if len(diff) else 0.0,
                         "low": low, "high": high})
     return out

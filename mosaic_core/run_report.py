@@ -43,10 +43,7 @@ class RunStory:
 
 def paired(story: RunStory) -> list[dict]:
     """Every model against the base, per query (:func:`mosaic_core.report.paired_differences`)."""
-    if story.base not in story.scores:
-        return []
-    return paired_differences({story.base: story.scores[story.base],
-                               **{m: s for m, s in story.scores.items() if m != story.base}})
+    return paired_differences(story.scores, reference=story.base)
 
 
 def headline(story: RunStory) -> list[str]:

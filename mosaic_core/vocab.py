@@ -736,24 +736,18 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
     return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
 
 
-def _init_rows(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
-               cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> tuple:
-    """(drift with mean-of-pieces rows, the distillation's result): the rows of ``new_ids`` hold
-    the mean of their pieces on entry, and are distilled when ``cfg.init`` says so."""
-    train, heldout = texts
-    before = drift(encoder, pooling, base_tok, expanded, heldout[: cfg.distill.heldout_texts], _drift_length(encoder))
-    result = None
-    if cfg.init == "distill":
-        fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
-                                                 cfg.model_dump(mode="json")]).encode()).hexdigest()
-        result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, train, heldout, cfg.distill, out_dir,
-                              fingerprint, progress=progress).to_dict()
-        clock.lap("distillation")
-    return before, result
-
-
-def _drift_length(encoder) -> int:
-    return min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+def _distill(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
+             cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> dict | None:
+    """The distillation's result when ``cfg.init`` asks for one (the rows of ``new_ids`` hold the
+    mean of their pieces on entry and the distilled rows on return), else ``None``."""
+    if cfg.init != "distill":
+        return None
+    fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
+                                             cfg.model_dump(mode="json")]).encode()).hexdigest()
+    result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, *texts, cfg.distill, out_dir, fingerprint,
+                          progress=progress).to_dict()
+    clock.lap("distillation")
+    return result
 
 
 def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
@@ -806,29 +800,29 @@ def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: 
 
 
 def _rows(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
-          texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path, progress: bool,
-          clock: _Clock) -> tuple[tuple, dict | None]:
+          piece_ids: list[list[int]], texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path,
+          progress: bool, clock: _Clock) -> tuple[tuple, dict | None, tuple]:
     """Initialise the new rows, prune when ``cfg.prune`` says so, measure the drift. Returns
     ((drift with mean rows, distillation result, final drift, drift per token), the pruning's
-    record with its new ``tokenizer``: (tokenizer, entries, new ids, piece ids)) or ``None``."""
-    if not entries:
-        return (None, None, None, None), None
+    record or ``None``, (tokenizer, entries, new ids, piece ids) as stage 1 saves them)."""
     new_ids = expanded.convert_tokens_to_ids(list(entries))
+    if not entries:
+        return (None, None, None, None), None, (expanded, entries, new_ids, piece_ids)
     heldout = texts[1][: cfg.distill.heldout_texts]
-    before, distilled = _init_rows(encoder, pooling, base_tok, expanded, new_ids, texts, cfg, out_dir, progress,
-                                   clock)
+    length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+    before = drift(encoder, pooling, base_tok, expanded, heldout, length)
+    distilled = _distill(encoder, pooling, base_tok, expanded, new_ids, texts, cfg, out_dir, progress, clock)
     pruned = None
     if cfg.prune:
-        unpruned = drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder)) if distilled else None
+        unpruned = drift(encoder, pooling, base_tok, expanded, heldout, length) if distilled else None
         expanded, entries, new_ids, piece_ids, pruned = _prune(plan, encoder, pooling, base_tok, expanded, entries,
                                                                texts[0], cfg, out_dir)
-        pruned |= {"drift_before": unpruned, "tokenizer": (expanded, entries, new_ids, piece_ids)}
+        pruned["drift_before"] = unpruned
         clock.lap("pruning")
-    after = (drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder))
-             if new_ids and (distilled or pruned) else None)
-    per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, _drift_length(encoder), plan.first_id)
+    after = drift(encoder, pooling, base_tok, expanded, heldout, length) if new_ids and (distilled or pruned) else None
+    per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, length, plan.first_id)
     clock.lap("drift per token")
-    return (before, distilled, after, per_token), pruned
+    return (before, distilled, after, per_token), pruned, (expanded, entries, new_ids, piece_ids)
 
 
 def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
@@ -887,10 +881,9 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
     expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
     pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
-    rows, pruned = _rows(plan, encoder, pooling, base_tok, expanded, entries, (train, heldout), cfg, out_dir,
-                         progress, clock)
-    if pruned:
-        expanded, entries, new_ids, piece_ids = pruned.pop("tokenizer")
+    rows, pruned, (expanded, entries, new_ids, piece_ids) = _rows(
+        plan, encoder, pooling, base_tok, expanded, entries, piece_ids, (train, heldout), cfg, out_dir, progress,
+        clock)
     transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
     if not _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids) and cfg.model_kind == "sparse":
