@@ -364,7 +364,23 @@ class VocabReport:
                 f"{p['tokens_before']:,} → {self.tokens_added:,} tokens, held-out fertility "
                 f"{p['fertility_before']:.3f} → {self.fertility_after:.3f}. The costliest dropped:", "",
                 "| token | cost per piece | rise | pieces saved | sentences |", "| --- | ---: | ---: | ---: | ---: |",
-                *rows, ""]
+                *rows, "", *self._prune_trade_off()]
+
+    def _prune_trade_off(self) -> list[str]:
+        p = self.pruned
+        if not p.get("trade_off"):
+            return []
+        gain = self.fertility_before - p["fertility_before"]
+        points = [{"share": 0.0, "tokens": p["tokens_before"], "fertility": p["fertility_before"],
+                   "drift": p["drift_before"] or self.drift_mean_init}, *p["trade_off"]]
+        rows = [f"| {q['share']:.0%}{' (chosen)' if q['share'] == p['share'] else ''} | {q['tokens']:,} | "
+                f"{q['fertility']:.3f} | {(self.fertility_before - q['fertility']) / gain if gain else 1:.0%} | "
+                f"{q['drift']['mean_cos']:.4f} | {q['drift']['p5_cos']:.4f} |" for q in points]
+        return ["### Pruning: the trade-off", "",
+                "Each share pruned from the same rows and measured on the same held-out texts; the fertility gain "
+                "kept is the share of the unpruned selection's gain over the base:", "",
+                "| pruned | tokens added | held-out fertility | fertility gain kept | drift mean | drift p5 |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: |", *rows, ""]
 
     def _token_drift_lines(self, top: int = 15) -> list[str]:
         if not self.token_drift:
@@ -628,6 +644,7 @@ def reduce_vocabulary(base_model: str, texts: Sequence[str], out_dir: Path) -> R
 
 
 DRIFT_MAX_LENGTH = 256
+PRUNE_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # the trade-off a pruned stage 1 reports
 
 
 def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[str]], counts, held, first_id: int,
@@ -765,21 +782,11 @@ def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
     return plan.selector.settle(start, cfg.min_count, cfg.max_tokens), drop
 
 
-def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
-           train: list[str], cfg: VocabConfig, out_dir: Path) -> tuple:
-    """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows:
-    a kept token keeps its row; ids stay contiguous from ``plan.first_id``; ``plan.chosen``
-    becomes the pruned selection. Returns (tokenizer, entries, new ids, piece ids, the pruning's
-    record for the report)."""
-    new_ids = expanded.convert_tokens_to_ids(list(entries))
-    measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
-                           cfg.prune_sentences, cfg.distill.seed)
-    costs = {expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
-    kept_before = len(entries)
-    fertility_before = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)[1]
-    selection, dropped = prune_selection(plan, costs, cfg.prune, cfg)
-    weight = encoder.get_input_embeddings().weight
-    rows = dict(zip(entries, weight.detach()[new_ids].clone(), strict=True))
+def _pruned_model(plan: VocabPlan, selection: Selection, rows: dict[str, torch.Tensor], encoder, base_tok,
+                  out_dir: Path) -> tuple:
+    """The tokenizer of ``selection`` (saved to ``out_dir``) and the encoder's rows for it: a kept
+    token keeps its row in ``rows``; ids stay contiguous from ``plan.first_id``. Returns
+    (tokenizer, entries, new ids, piece ids)."""
     expanded, entries = expand_tokenizer(base_tok, plan.spec, selection.tokens, plan.first_id, plan.domain, out_dir)
     new_ids = expanded.convert_tokens_to_ids(list(entries))
     piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
@@ -790,11 +797,45 @@ def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: 
         for token, i in zip(entries, new_ids, strict=True):
             if token in rows:  # else (a BPE merge intermediate new to this chain): the mean of its pieces
                 weight[i] = rows[token]
+    return expanded, entries, new_ids, piece_ids
+
+
+def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
+           train: list[str], heldout: list[str], length: int, cfg: VocabConfig, out_dir: Path) -> tuple:
+    """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows
+    (:func:`_pruned_model`); ``plan.chosen`` becomes the pruned selection. Every share of
+    :data:`PRUNE_SHARES` is built and measured too (tokens, held-out fertility, drift), so the
+    report shows the trade-off. Returns (tokenizer, entries, new ids, piece ids, the pruning's
+    record for the report: its ``trade_off`` holds the chosen share's drift)."""
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
+                           cfg.prune_sentences, cfg.distill.seed)
+    costs = {expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
+    kept_before = len(entries)
+    fertility_before = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)[1]
+    weight = encoder.get_input_embeddings().weight
+    rows = dict(zip(entries, weight.detach()[new_ids].clone(), strict=True))
+
+    def point(share: float, tok, added: dict) -> dict:
+        return {"share": share, "tokens": len(added),
+                "fertility": fertility_of(Segmenter(tokenizer_state(tok)), plan.held)[1],
+                "drift": drift(encoder, pooling, base_tok, tok, heldout, length)}
+
+    trade_off = []
+    for share in sorted(set(PRUNE_SHARES) - {cfg.prune}):  # the chosen share last: its rows stay in the encoder
+        with tempfile.TemporaryDirectory() as tmp:
+            tok, added, *_ = _pruned_model(plan, prune_selection(plan, costs, share, cfg)[0], rows, encoder,
+                                           base_tok, Path(tmp))
+            trade_off.append(point(share, tok, added))
+    selection, dropped = prune_selection(plan, costs, cfg.prune, cfg)
+    expanded, entries, new_ids, piece_ids = _pruned_model(plan, selection, rows, encoder, base_tok, out_dir)
+    trade_off = sorted([*trade_off, point(cfg.prune, expanded, entries)], key=lambda p: p["share"])
     record = {"share": cfg.prune, "sentences_per_token": cfg.prune_sentences, "measured": len(costs),
               "dropped": len(dropped), "tokens_before": kept_before, "fertility_before": fertility_before,
               "settled_out": len(plan.chosen.tokens) - len(dropped) - len(selection.tokens),
               "costliest": [{"token": t, **costs[t]} for t in dropped[:15]],
-              "kept_max_cost": max((costs[t]["cost"] for t in selection.tokens if t in costs), default=None)}
+              "kept_max_cost": max((costs[t]["cost"] for t in selection.tokens if t in costs), default=None),
+              "trade_off": trade_off}
     plan.chosen = selection
     return expanded, entries, new_ids, piece_ids, record
 
@@ -816,10 +857,12 @@ def _rows(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: d
     if cfg.prune:
         unpruned = drift(encoder, pooling, base_tok, expanded, heldout, length) if distilled else None
         expanded, entries, new_ids, piece_ids, pruned = _prune(plan, encoder, pooling, base_tok, expanded, entries,
-                                                               texts[0], cfg, out_dir)
+                                                               texts[0], heldout, length, cfg, out_dir)
         pruned["drift_before"] = unpruned
+        after = next(p["drift"] for p in pruned["trade_off"] if p["share"] == cfg.prune)
         clock.lap("pruning")
-    after = drift(encoder, pooling, base_tok, expanded, heldout, length) if new_ids and (distilled or pruned) else None
+    else:
+        after = drift(encoder, pooling, base_tok, expanded, heldout, length) if new_ids and distilled else None
     per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, length, plan.first_id)
     clock.lap("drift per token")
     return (before, distilled, after, per_token), pruned, (expanded, entries, new_ids, piece_ids)

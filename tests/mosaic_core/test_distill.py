@@ -13,7 +13,7 @@ from mosaic_core import distill as distill_module
 from mosaic_core.config import DistillConfig
 from mosaic_core.distill import (Window, align_positions, make_windows, per_token_windows, reverted, split_sentences,
                                  token_costs, token_drift)
-from mosaic_core.vocab import build_expanded_model
+from mosaic_core.vocab import PRUNE_SHARES, build_expanded_model
 
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
 CORPUS = [f"the {t} of the patient {i} was with {u} in the cells" for i in range(8) for t in TOPICS
@@ -226,3 +226,21 @@ def test_pruning_drops_the_costliest_tokens_and_the_rest_keep_their_distilled_ro
     assert report.fertility_after >= full.fertility_after
     assert p["drift_before"] == full.drift
     assert "Pruned" in report.to_markdown() and "costly" in report.to_markdown()
+
+
+def test_pruning_reports_the_trade_off_of_every_share_as_a_run_at_that_share_measures_it(distilled, tmp_path):
+    base, _, _, full = distilled
+    report = expand(base, tmp_path / "pruned", prune=0.34)
+    points = report.pruned["trade_off"]
+    assert [q["share"] for q in points] == sorted({*PRUNE_SHARES, 0.34})
+    tokens, fertility = [q["tokens"] for q in points], [q["fertility"] for q in points]
+    assert tokens == sorted(tokens, reverse=True) and tokens[0] < full.tokens_added
+    assert fertility == sorted(fertility) and fertility[0] >= full.fertility_after
+    chosen = next(q for q in points if q["share"] == 0.34)
+    assert (chosen["tokens"], chosen["fertility"], chosen["drift"]) == (report.tokens_added, report.fertility_after,
+                                                                        report.drift)
+    at_half = expand(base, tmp_path / "half", prune=0.5)  # the 50 % point, built for real
+    half = next(q for q in points if q["share"] == 0.5)
+    assert (half["tokens"], half["fertility"]) == (at_half.tokens_added, at_half.fertility_after)
+    assert half["drift"]["mean_cos"] == pytest.approx(at_half.drift["mean_cos"], abs=1e-6)
+    assert "Pruning: the trade-off" in report.to_markdown() and "50% |" in report.to_markdown()
