@@ -299,8 +299,9 @@ def vocab(
     distill_per_token: Annotated[int, typer.Option(
         help="With --distill-contexts sentences: sentences drawn per new token.")] = DistillConfig().per_token,
     prune: Annotated[float, typer.Option(
-        help="Once the rows are initialised, drop this share (0 to <1) of the added tokens: those whose rows still "
-        "move embeddings the most per base piece they save, measured on training sentences.")] = VocabConfig().prune,
+        help="Once the rows are initialised, drop this share (0 to <1; 0 keeps every token) of the added tokens: "
+        "those whose rows still move embeddings the most per base piece they save, measured on training "
+        "sentences. The report tabulates 10-50 %.")] = VocabConfig().prune,
     prune_sentences: Annotated[int, typer.Option(
         help="With --prune: training sentences per token its cost is measured on.")] = VocabConfig().prune_sentences,
     columns: Annotated[
@@ -321,10 +322,11 @@ def vocab(
     --min-count times and that shorten the words they appear in go into the base tokenizer's
     model, so they are used mid-word too. New rows start as the mean of their pieces and are
     then distilled: trained, alone, so the expanded model reproduces the base model's
-    embeddings of the corpus; with --prune, the tokens whose rows still cost the most are then
-    dropped. Writes a model that SentenceTransformer/AutoModel load directly,
+    embeddings of the corpus; then the --prune share of the tokens whose rows still cost the
+    most is dropped. Writes a model that SentenceTransformer/AutoModel load directly,
     domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added and rejected, the
-    trade-off per threshold, fertility, drift before/after distillation).
+    trade-off per threshold and per pruned share, fertility, drift before/after distillation
+    and pruning).
     """
     from pydantic import ValidationError
 

@@ -80,11 +80,11 @@ def pubmed_xml(citations: list[str], deleted: tuple[int, ...] = (), shape: str =
 
 
 def stage1_config(base: Path | str, **kw):
-    """Stage 1 for tiny test corpora: every candidate seen at least once, mean-initialised rows
-    (distillation has tests of its own)."""
+    """Stage 1 for tiny test corpora: every candidate seen at least once, mean-initialised rows,
+    none pruned (distillation and pruning have tests of their own)."""
     from mosaic_core.config import VocabConfig
 
-    return VocabConfig(**{"base_model": str(base), "min_count": 1, "init": "mean", **kw})
+    return VocabConfig(**{"base_model": str(base), "min_count": 1, "init": "mean", "prune": 0.0, **kw})
 
 
 def write_xml(path: Path, xml: str, md5_sidecar: bool = False) -> Path:
