@@ -77,7 +77,8 @@ def test_sparse_stage1_and_training_write_sparse_encoders_that_score_as_trained(
 
     base = tiny_bert(tmp_path / "base", mlm_head=True)
     corpus = [f"the cardiomyocyte and the fibroblast of patient {i} were with cells" for i in range(40)]
-    cfg = VocabConfig(base_model=str(base), vocab_size=150, min_count=5, init="mean", model_kind="sparse")
+    cfg = VocabConfig(base_model=str(base), vocab_size=150, min_count=5, init="mean", model_kind="sparse",
+                      prune=0.0)  # keeps "cardiomyocyte", the term the test follows
     report = build_expanded_model(corpus, tmp_path / "s1", cfg)
     assert report.tokens_added > 0 and is_sparse_dir(tmp_path / "s1")
     st = SparseEncoder(str(tmp_path / "s1"), device="cpu")
