@@ -13,6 +13,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import markdown
@@ -40,17 +41,18 @@ class RunStory:
     """task → what it asks, in words a newcomer understands."""
     metadata: dict = field(default_factory=dict)
 
-
-def paired(story: RunStory) -> list[dict]:
-    """Every model against the base, per query (:func:`mosaic_core.report.paired_differences`)."""
-    return paired_differences(story.scores, reference=story.base)
+    @cached_property
+    def differences(self) -> list[dict]:
+        """Every model against the base, per query (:func:`mosaic_core.report.paired_differences`);
+        bootstrapped once, for the headline, the report's table and results.json."""
+        return paired_differences(self.scores, reference=self.base)
 
 
 def headline(story: RunStory) -> list[str]:
     """Sentences: the candidate against the base, task by task, in plain words, with the paired
     interval of the difference where the task is scored per query."""
     _, tasks, values = grid(story.scores)
-    intervals = {d["task"]: d for d in paired(story) if d["model"] == story.candidate}
+    intervals = {d["task"]: d for d in story.differences if d["model"] == story.candidate}
     lines = []
     for task in tasks:
         mine, base = values.get((story.candidate, task)), values.get((story.base, task))
@@ -152,7 +154,7 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     bars = bar_chart(story.scores, out_dir / "scores.png")
     box = box_plot(story.scores, out_dir / "ndcg_boxplot.png")
     curves = training_curves(story.stages, out_dir)
-    differences = paired(story)
+    differences = story.differences
     images = [p for p in (bars, box, *curves) if p is not None]
     lines = ["# MOSAIC run report", "", *(f"- {h}" for h in headline(story)), "", *_decision(story.decision),
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
