@@ -11,9 +11,10 @@ from prefect.cache_policies import NO_CACHE
 
 from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.gate import publish_gate
-from mosaic_core.models import resolve_model
+from mosaic_core.models import ModelNotFound, check_loadable, resolve_model
 from storage.layout import DataLayout
-from storage.published import PublishError, current_model, publish_model, read_decision, write_decision
+from storage.published import (PublishError, current_model, publish_model, published_copy, read_decision,
+                               recorded_path, write_decision)
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,8 @@ def _decision_markdown(record: dict) -> str:
 
 
 def _published_fingerprint(layout: DataLayout, published: Path) -> str | None:
-    """The fingerprint of the model a published copy was made from (its run's decision)."""
+    """The fingerprint of the model a published copy was made from (its run's decision, found by
+    the copy's name: ``models/published/<run_id>``, wherever the root is now)."""
     try:
         return read_decision(layout, published.name).get("candidate_fingerprint")
     except PublishError:
@@ -53,7 +55,9 @@ def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scor
                        publish: bool = True) -> dict:
     """Run the publish gate on ``candidate`` (a name in ``models``) against ``references``; publish
     it if it passes (and ``publish``); record the decision either way. A failed gate is a WARN
-    quality check: the run completes, the previous model stays published."""
+    quality check: the run completes, the previous model stays published. A passed model whose
+    published copy does not load (:func:`check_loadable`) is an ERROR: not published, the
+    decision records why, and :class:`PublishError` fails the task."""
     layout = DataLayout(data_root)
     by_model = scores_by_model(scores)
     check = publish_gate(candidate, by_model, [r for r in references if r in by_model], gate_tasks,
@@ -64,13 +68,19 @@ def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scor
     published = check.passed and publish
     same = published and previous is not None and _published_fingerprint(layout, previous) == fingerprint
     message = check.message if publish or not check.passed else f"{check.message} (publishing is off)"
-    record = {"run_id": run_id, "candidate": str(path), "candidate_fingerprint": fingerprint,
-              "published": published, "forced": False, "previous": str(previous) if previous else None,
-              "published_path": (str(previous) if same else str(publish_model(layout, path, run_id)))
-              if published else None,
+    record = {"run_id": run_id, "data_root": str(layout.root), "candidate": str(path),
+              "candidate_fingerprint": fingerprint, "published": published, "forced": False,
+              "previous": str(previous) if previous else None, "published_path": None,
               "message": f"{message} (the same model was already published: kept as it is)" if same else message,
               "scores": by_model.get(candidate, {}), "references": {r: by_model.get(r, {}) for r in references},
               "check": check.to_dict()}
+    if published:
+        try:
+            record["published_path"] = str(previous if same else publish_model(layout, path, run_id,
+                                                                                check=check_loadable))
+        except PublishError as exc:  # the gate passed, but what it passed cannot be served: recorded, then raised
+            write_decision(layout, {**record, "published": False, "message": f"not published: {exc}"})
+            raise
     write_decision(layout, record)
     (log.info if check.passed else log.warning)("publish gate: %s", record["message"])
     create_markdown_artifact(key="publish-decision", markdown=_decision_markdown(record),
@@ -83,9 +93,10 @@ def _run_model(layout: DataLayout, run_id: str) -> tuple[Path, bool]:
     published copy if it was published once (a rollback), else its candidate, which must be
     unchanged since."""
     decided = read_decision(layout, run_id)
-    if decided.get("published_path") and Path(decided["published_path"]).is_dir():
-        return Path(decided["published_path"]), True
-    candidate = Path(decided["candidate"])
+    published = published_copy(layout, decided.get("published_path"))
+    if published is not None:
+        return published, True
+    candidate = recorded_path(layout, decided, decided["candidate"])
     if not candidate.is_dir() or model_fingerprint(str(candidate)) != decided["candidate_fingerprint"]:
         raise PublishError(f"the model run {run_id} produced ({candidate}) has changed or gone since; publish a "
                            "model directory instead, or rerun the pipeline")
@@ -95,21 +106,30 @@ def _run_model(layout: DataLayout, run_id: str) -> tuple[Path, bool]:
 @task(name="publish-by-hand", cache_policy=NO_CACHE)
 def publish_by_hand(run_or_model: str, data_root: str, reason: str, force: bool) -> dict:
     """Publish a run's model (by run id, see ``mosaic history``: a rollback needs no ``force`` when
-    that run passed its gate) or a model directory (``force`` required); the decision records it."""
+    that run passed its gate) or a model directory (``force`` required); the decision records it.
+    A model that does not load (:func:`check_loadable`) is refused, ``force`` or not, before
+    anything is written: ``force`` overrides the publish gate only."""
     layout = DataLayout(data_root)
     path = Path(run_or_model).expanduser()
     if path.is_dir():
         candidate, passed = path.resolve(), False
-        run_id = f"manual-{model_fingerprint(str(candidate))}"
     else:
-        (candidate, passed), run_id = _run_model(layout, run_or_model), f"{run_or_model}-republished"
+        candidate, passed = _run_model(layout, run_or_model)
+    try:
+        check_loadable(candidate)
+    except ModelNotFound as exc:
+        raise PublishError(f"{run_or_model} cannot be published, --force or not: {exc}; models/current is "
+                           "unchanged") from exc
     if not (passed or force):
         raise PublishError(f"{run_or_model} did not pass the publish gate (or is a bare model directory): pass "
                            "--force, with --reason, to publish it anyway")
+    fingerprint = model_fingerprint(str(candidate))
+    run_id = f"manual-{fingerprint}" if path.is_dir() else f"{run_or_model}-republished"
     previous = current_model(layout)
-    record = {"run_id": run_id, "candidate": str(candidate), "candidate_fingerprint": model_fingerprint(str(candidate)),
-              "published": True, "forced": not passed, "previous": str(previous) if previous else None,
-              "published_path": str(publish_model(layout, candidate, run_id)),
+    record = {"run_id": run_id, "data_root": str(layout.root), "candidate": str(candidate),
+              "candidate_fingerprint": fingerprint, "published": True, "forced": not passed,
+              "previous": str(previous) if previous else None,
+              "published_path": str(publish_model(layout, candidate, run_id, check=check_loadable)),
               "message": f"{'forced' if not passed else 'republished'} by hand: {reason}", "scores": {}}
     write_decision(layout, record)
     log.warning("published %s by hand (%s)", candidate, reason)
