@@ -6,7 +6,7 @@ sentence-transformers model (which ``SentenceTransformer``/``AutoModel`` load as
 | ``domain_token_ids.json`` | stage 1, copied by every stage | V_D: the ids of the added tokens |
 | ``vocab_report.json`` / ``.md`` | stage 1 | what stage 1 did (:class:`mosaic_core.vocab.VocabReport`) |
 | ``mlm_head.safetensors`` + ``mlm_head.json`` | stages 2–3 | the trained MLM head (transform + bias) and its settings |
-| ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result |
+| ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result (paths: see below) |
 | ``README.md`` | every step that writes a model | its model card (:mod:`mosaic_core.card`), replacing the base's |
 
 A sparse (SPLADE) model directory is a sentence-transformers ``SparseEncoder`` instead
@@ -14,6 +14,9 @@ A sparse (SPLADE) model directory is a sentence-transformers ``SparseEncoder`` i
 ``mlm_head.*``; the other files are the same.
 
 Every write goes through a temporary file and a rename, so a crash never leaves half a file.
+``stage.json`` names the model folders beside its own (``input_model``, the merge's
+``start_model``, ``result.out_dir``) relative to it (``../stage1``), so a moved data root keeps
+its lineage; :func:`read_stage_record` resolves them against where the folder is now.
 """
 
 from __future__ import annotations
@@ -115,13 +118,59 @@ def read_card(model_dir: str | Path) -> str | None:
 
 # -- a stage's record -------------------------------------------------------------------------
 
+_RECORD_PATHS = (("input_model",), ("start_model",), ("result", "out_dir"))
+"""Where a stage record holds a model directory (or a hub id)."""
+_RELATIVE = "relative_paths"
+
+
+def _portable(value: object, model_dir: Path) -> str | None:
+    """``value`` relative to ``model_dir`` (``../stage1``) when it is a local path inside the folder
+    that holds ``model_dir`` (DATA_ROOT/models, a `mosaic train --out` folder), so the record
+    survives moving that folder; ``None`` for anything else (a hub id, a path elsewhere)."""
+    if not isinstance(value, str) or not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute() and not path.exists():
+        return None  # a hub id or an alias, not a path
+    path, home = path.resolve(), model_dir.resolve()
+    if path != home.parent and home.parent not in path.parents:
+        return None
+    return os.path.relpath(path, home)
+
+
 def write_stage_record(model_dir: Path, record: dict) -> None:
+    """Write ``record``; the model directories it names inside the folder holding ``model_dir``
+    are stored relative to ``model_dir`` (listed under ``relative_paths``), so moving a data
+    root keeps them valid. :func:`read_stage_record` resolves them again."""
+    record, relative = json.loads(json.dumps(record)), []
+    for keys in _RECORD_PATHS:
+        *parents, last = keys
+        holder = record
+        for k in parents:
+            holder = holder.get(k) if isinstance(holder, dict) else None
+        if isinstance(holder, dict) and (rel := _portable(holder.get(last), Path(model_dir))) is not None:
+            holder[last] = rel
+            relative.append(".".join(keys))
+    if relative:
+        record[_RELATIVE] = relative
     _write_text(Path(model_dir) / STAGE_RECORD, json.dumps(record, indent=2))
 
 
 def read_stage_record(model_dir: str | Path) -> dict | None:
+    """The record a stage wrote in ``model_dir`` (``None`` if none), its relative paths resolved
+    against where ``model_dir`` is now."""
     path = Path(model_dir) / STAGE_RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    home = Path(model_dir).resolve()
+    for dotted in record.pop(_RELATIVE, []):
+        *parents, last = dotted.split(".")
+        holder = record
+        for k in parents:
+            holder = holder[k]
+        holder[last] = os.path.normpath(home / holder[last])
+    return record
 
 
 def is_complete_stage(model_dir: str | Path) -> bool:

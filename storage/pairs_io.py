@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -38,29 +40,81 @@ def read_table(path: Path) -> pa.Table:
     raise CorpusError(f"{path}: unknown format {suffix!r}; use .jsonl, .parquet or .csv")
 
 
-def file_rows(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> tuple[list[tuple], int]:
-    """(one tuple of ``columns`` + ``optional`` values per row, unparseable JSONL lines) of a
-    pairs file. JSONL is read line by line, so one broken line costs that line only; values a
-    row lacks are ``None``. A required column absent from the whole file is a :class:`CorpusError`."""
-    names = (*columns, *optional)
-    if path.suffix in (".jsonl", ".json"):
-        records, invalid = [], 0
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
+MAX_LINE_BYTES = 1 << 20
+"""A JSONL line longer than this (1 MiB) is skipped as ``too_long`` without being read whole: no
+pair or corpus text is that long, and one such line (a stray dump, a file that is not JSONL)
+would otherwise cost memory many times its size."""
+
+_SHOW_LINES = 5  # line numbers a warning names
+
+
+def _skip_to_newline(fh: BinaryIO, chunk: int = 1 << 16) -> None:
+    while block := fh.readline(chunk):
+        if block.endswith(b"\n"):
+            return
+
+
+def _jsonl_lines(path: Path, bad: dict[str, int], max_lines: int | None = None, warn: bool = True) -> Iterator[str]:
+    """The non-blank lines of a JSONL file as text. The file is read in binary with a bounded
+    ``readline``, so a line longer than :data:`MAX_LINE_BYTES` is never held whole: it is skipped
+    and counted in ``bad["too_long"]``; a line that is not valid UTF-8 is counted in
+    ``bad["not_utf8"]``. Both are logged once, naming the file and the first line numbers."""
+    lines: dict[str, list[int]] = {}
+    with open(path, "rb") as fh:
+        lineno = 0
+        while max_lines is None or lineno < max_lines:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            lineno += 1
+            reason = None
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                _skip_to_newline(fh)
+                reason = "too_long"
+            else:
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    rec = None
-                if isinstance(rec, dict):
-                    records.append(rec)
-                else:
-                    invalid += 1
+                    text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError:
+                    reason = "not_utf8"
+            if reason:
+                bad[reason] = bad.get(reason, 0) + 1
+                first = lines.setdefault(reason, [])
+                if len(first) < _SHOW_LINES:
+                    first.append(lineno)
+            elif text.strip():
+                yield text
+    if warn:
+        what = {"too_long": f"longer than {MAX_LINE_BYTES:,} bytes", "not_utf8": "not valid UTF-8"}
+        for reason, first in lines.items():
+            more = ", …" if bad[reason] > len(first) else ""
+            log.warning("%s: skipped %d line(s) %s (%s: line %s%s)", path, bad[reason], what[reason], reason,
+                        ", ".join(map(str, first)), more)
+
+
+def file_rows_counted(path: Path, columns: tuple[str, ...],
+                      optional: tuple[str, ...] = ()) -> tuple[list[tuple], dict[str, int]]:
+    """(one tuple of ``columns`` + ``optional`` values per row, lines that could not be read, by
+    reason) of a pairs file. JSONL is read line by line, so one broken line costs that line only:
+    ``invalid_json`` (not a JSON object), ``too_long`` (over :data:`MAX_LINE_BYTES`), ``not_utf8``;
+    values a row lacks are ``None``. A required column absent from the whole file is a
+    :class:`CorpusError`."""
+    names = (*columns, *optional)
+    bad: dict[str, int] = {}
+    if path.suffix in (".jsonl", ".json"):
+        records = []
+        for line in _jsonl_lines(path, bad):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                rec = None
+            if isinstance(rec, dict):
+                records.append(rec)
+            else:
+                bad["invalid_json"] = bad.get("invalid_json", 0) + 1
         present = set().union(*(r.keys() for r in records))
         rows = [tuple(r.get(c) for c in names) for r in records]
     else:
-        table, invalid = read_table(path), 0
+        table = read_table(path)
         present = set(table.column_names)
         rows = list(zip(*(table.column(c).to_pylist() if c in present else [None] * table.num_rows
                           for c in names), strict=True))
@@ -68,7 +122,13 @@ def file_rows(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = 
     if missing:
         raise CorpusError(f"{path}: no column(s) {missing}; it has {sorted(present)}. Name the text columns "
                           "with --columns (mosaic vocab) or --query-column/--document-column (mosaic filter).")
-    return rows, invalid
+    return rows, bad
+
+
+def file_rows(path: Path, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> tuple[list[tuple], int]:
+    """:func:`file_rows_counted` with the unreadable lines as one count."""
+    rows, bad = file_rows_counted(path, columns, optional)
+    return rows, sum(bad.values())
 
 
 def _is_data_root(path: Path) -> bool:
@@ -80,13 +140,12 @@ def _header(path: Path, sample_lines: int = 1000) -> set[str]:
     first JSON lines)."""
     if path.suffix in (".jsonl", ".json"):
         keys: set[str] = set()
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for _, line in zip(range(sample_lines), fh, strict=False):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                keys |= set(rec) if isinstance(rec, dict) else set()
+        for line in _jsonl_lines(path, {}, max_lines=sample_lines, warn=False):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            keys |= set(rec) if isinstance(rec, dict) else set()
         return keys
     if path.suffix == ".parquet":
         try:
@@ -178,9 +237,9 @@ def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) 
         return [t for row in _root_pairs(path) for t in row if t]
     if not path.is_file():
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
-    rows, invalid = file_rows(path, columns)
-    if invalid:
-        log.warning("%s: skipped %d lines that are not JSON objects", path, invalid)
+    rows, bad = file_rows_counted(path, columns)
+    if bad.get("invalid_json"):
+        log.warning("%s: skipped %d lines that are not JSON objects", path, bad["invalid_json"])
     return [t for row in rows for t in row if _usable(t)]
 
 
@@ -261,8 +320,8 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
             rows = cat.rows("SELECT pmid::VARCHAR, query, document FROM latest_pairs WHERE source_file = ? "
                             "ORDER BY pmid", [part.name])
         return PairRows([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], {})
-    rows, invalid = file_rows(path, (query_col, doc_col), optional=("id",))
-    out = PairRows([], [], [], {"invalid_json": invalid, "missing_query": 0, "missing_document": 0})
+    rows, unreadable = file_rows_counted(path, (query_col, doc_col), optional=("id",))
+    out = PairRows([], [], [], {"invalid_json": 0, **unreadable, "missing_query": 0, "missing_document": 0})
     for i, (q, d, pid) in enumerate(rows):
         reason = unusable_reason("query", q) or unusable_reason("document", d)
         if reason:

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 SUBSETS = ("baseline", "updatefiles")
 _XML_NAME = re.compile(r"\.xml(\.gz)?$")
+# What a remote listing may name: NCBI's own file names (``pubmed26n0001.xml.gz``, the
+# ``medline`` shape of older snapshots). Checked after percent-decoding, so an encoded
+# ``../`` or ``/`` in a hostile or broken listing never reaches a path under raw/.
+_PUBMED_FILE = re.compile(r"(?:pubmed|medline)\d{2}n\d{4}\.xml(?:\.gz)?")
 _MD5_HEX = re.compile(r"\b([0-9a-fA-F]{32})\b")
 _USER_AGENT = "mosaic-ingest/0.1 (+https://github.com/; PubMed snapshot mirror)"
 
@@ -159,18 +163,46 @@ def _list_remote(base: str, subsets: tuple[str, ...], timeout: float) -> list[So
             continue
         with resp:
             page = resp.read()
-        hrefs = _hrefs(page.decode("utf-8", "replace"))
-        names = sorted(
-            {
-                urllib.parse.unquote(h.rsplit("/", 1)[-1])
-                for h in hrefs
-                if _XML_NAME.search(h.rsplit("/", 1)[-1])
-            }
-        )
+        names = _listed_names(_hrefs(page.decode("utf-8", "replace")), url)
         files += [SourceFile(n, urllib.parse.urljoin(url, n), subset) for n in names]
     if len(missing) == len(subsets):
         raise SourceError(f"{base}: none of {', '.join(subsets)} could be listed: {'; '.join(missing)}")
     return files
+
+
+def _listed_names(hrefs: list[str], url: str) -> list[str]:
+    """The PubMed file names a listing links to; anything else that looks like XML is skipped, loudly.
+
+    A listing is untrusted input: its names become paths under raw/, so only names of NCBI's
+    shape are taken, checked after decoding (``..%2Fx.xml.gz`` decodes to ``../x.xml.gz``).
+    """
+    names, skipped = set(), set()
+    for href in hrefs:
+        tail = href.rsplit("/", 1)[-1]
+        name = urllib.parse.unquote(tail)
+        if _PUBMED_FILE.fullmatch(name):
+            names.add(name)
+        elif _XML_NAME.search(tail) or _XML_NAME.search(name):
+            skipped.add(name)
+    if skipped:
+        shown = sorted(skipped)
+        log.warning(
+            "%s: skipped %d listed file(s) that are not PubMed file names (pubmedYYnNNNN.xml.gz): %s%s",
+            url, len(shown), ", ".join(repr(n) for n in shown[:10]), " ..." if len(shown) > 10 else "",
+        )
+    return sorted(names)
+
+
+def raw_path(layout: DataLayout, subset: str, name: str) -> Path:
+    """Where a download of ``name`` lives under raw/; a SourceError if it would land anywhere else."""
+    raw = layout.raw_dir.resolve()
+    dest = (raw / subset / name).resolve()
+    if name in ("", ".", "..") or Path(name).name != name or raw not in dest.parents:
+        raise SourceError(
+            f"refusing to write {name!r} (subset {subset!r}): it would land at {dest}, outside {raw}; "
+            "the source's listing is broken or hostile: use an NCBI mirror or a local copy."
+        )
+    return dest
 
 
 class _LinkParser(html.parser.HTMLParser):
@@ -209,9 +241,9 @@ def fetch(source: SourceFile, layout: DataLayout, timeout: float = 120.0) -> Loc
     """Bring ``source`` onto local disk, verified; reuse a verified earlier download."""
     if not source.is_remote:
         return _fetch_local(source)
+    dest = raw_path(layout, source.subset, source.name)  # checked before any byte is fetched or written
     with _http_get(source.location + ".md5", timeout) as resp:
         expected = _parse_md5(resp.read().decode("utf-8", "replace"), source.location + ".md5")
-    dest = layout.raw_dir / source.subset / source.name
     if dest.exists():
         if md5_of(dest) == expected:
             log.info("%s: already downloaded and verified", source.name)

@@ -28,6 +28,7 @@ from storage.history import record_evaluation
 from storage.layout import DataLayout
 from storage.pairs_io import corpus_fingerprint, read_pairs
 from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(evaluation)
@@ -134,6 +135,7 @@ def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], bas
     return written
 
 
+@json_only
 def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return cache_key("eval", model_fingerprint(resolve_model(parameters["model_path"])),
                      task_checksum(parameters["spec"]), CODE_VERSION, str(parameters["batch_size"]),
@@ -141,7 +143,7 @@ def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
 
 
 @task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
-      persist_result=True, retries=0)
+      persist_result=True, result_serializer=SERIALIZER, retries=0)
 def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64,
                   model_kind: str = "auto") -> dict:
     """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10)."""

@@ -24,10 +24,11 @@ from storage import schemas
 from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
 from storage.catalog import Catalog
 from storage.layout import DataLayout
-from storage.manifest import Manifest, write_manifest
-from storage.pairs_io import PairPartition, list_pair_partitions, read_pair_partition
+from storage.manifest import Manifest, read_manifest, write_manifest
+from storage.pairs_io import CorpusError, PairPartition, list_pair_partitions, read_pair_partition
 from storage.parquet import write_partition
 from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 STAGE = "filter"
@@ -66,6 +67,7 @@ def list_partitions(source: str, cfg: FilterConfig) -> list[PairPartition]:
     return list_pair_partitions(source, cfg.query_column, cfg.document_column)
 
 
+@json_only
 def _encode_key(context: TaskRunContext, p: dict) -> str:
     cfg: FilterConfig = p["cfg"]
     return cache_key("encode", p["part"].checksum, cfg.encoding_hash(),
@@ -73,8 +75,8 @@ def _encode_key(context: TaskRunContext, p: dict) -> str:
                                str(DataLayout(p["root"]).root))
 
 
-@task(name="encode-partition", cache_key_fn=_encode_key, persist_result=True, retries=0,
-      task_run_name="encode-{part.name}")
+@task(name="encode-partition", cache_key_fn=_encode_key, persist_result=True, result_serializer=SERIALIZER,
+      retries=0, task_run_name="encode-{part.name}")
 def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
     """Embed a partition's queries and documents; store them (float16) for every later filter."""
     rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
@@ -87,13 +89,14 @@ def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> Encod
     return EncodedPartition(part, str(path), len(rows.queries), rows.bad)
 
 
+@json_only
 def _filter_key(context: TaskRunContext, p: dict) -> str:
     return cache_key("filter", *(e.partition.checksum for e in p["encoded"]), p["cfg"].config_hash(),
                                FILTER_VERSION, str(DataLayout(p["root"]).root))
 
 
-@task(name="filter-chunk", cache_key_fn=_filter_key, persist_result=True, retries=0,
-      task_run_name="filter-chunk-{chunk}")
+@task(name="filter-chunk", cache_key_fn=_filter_key, persist_result=True, result_serializer=SERIALIZER,
+      retries=0, task_run_name="filter-chunk-{chunk}")
 def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig, root: str) -> list[Manifest]:
     """Filter the pairs of a chunk of partitions together (one FAISS index per ``chunk_size``
     rows) and write one ``filtered`` partition and manifest per source partition."""
@@ -140,7 +143,32 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
         manifests.append(manifest)
     log.info("chunk %d: %d pairs, %d kept (%.1f%%)", chunk, len(docs), int(kept.sum()),
              100 * kept.mean() if len(docs) else 0)
+    if not kept.any() and encoded:
+        require_pairs_left(layout, cfg, encoded[0].partition.source)
     return manifests
+
+
+def require_pairs_left(layout: DataLayout, cfg: FilterConfig, source: str) -> None:
+    """A :class:`CorpusError` when the filters left no pair of ``source`` at all: every partition
+    of it has its filter manifest for these inputs and none kept a pair. A chunk that kept nothing
+    calls this once its manifests are written; while a partition of another chunk has none yet,
+    that chunk decides when it finishes (a chunk that raises is not cached, so a rerun asks again)."""
+    parts = list_pair_partitions(source, cfg.query_column, cfg.document_column)
+    manifests = [read_manifest(layout, STAGE, p.name) for p in parts]
+    if not parts or any(m is None or m.config_hash != cfg.config_hash() or m.source_md5 != p.checksum or m.kept
+                        for p, m in zip(parts, manifests, strict=True)):
+        return
+    dropped: Counter[str] = Counter()
+    for m in manifests:
+        dropped.update({k: v for k, v in m.dropped.items() if v})
+    reasons = ", ".join(f"{k}: {v:,}" for k, v in dropped.most_common()) or "no rows at all"
+    lower = (f"lower --threshold (now {cfg.threshold})" if cfg.mode == "threshold"
+             else f"raise --k (now {cfg.k}: a pair is kept iff its document is in its query's top k)")
+    raise CorpusError(
+        f"no pairs left after the filters: {source} had {sum(m.records_in for m in manifests):,} rows in "
+        f"{len(parts)} partition(s) and every one was dropped ({reasons}). Loosen the filter ({lower}), or check "
+        f"the input: are --query-column/--document-column ({cfg.query_column}/{cfg.document_column}) the right "
+        "columns, and does each document belong to its query?")
 
 
 def encode_partition_for(part: PairPartition, cfg: FilterConfig, root: str) -> Task:
@@ -153,7 +181,7 @@ def filter_chunk_for(encoded: list[EncodedPartition], root: str) -> Task:
     """``filter_chunk`` with its cache bypassed when an output partition is gone."""
     layout = DataLayout(root)
     present = all(layout.partition_path("filtered", e.partition.name).exists() for e in encoded)
-    return filter_chunk.with_options(result_storage=layout.results_dir, refresh_cache=not present)
+    return filter_chunk.with_options(result_storage=DataLayout(root).results_dir, refresh_cache=not present)
 
 
 @task(name="score-report", cache_policy=NO_CACHE)

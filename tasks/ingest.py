@@ -19,6 +19,7 @@ from storage.layout import DataLayout
 from storage.manifest import Manifest, is_current, write_manifest
 from storage.parquet import write_partition
 from storage.sources import LocalFile, SourceFile, TransientDownloadError, fetch, list_source
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 STAGE = "ingest"
@@ -55,6 +56,7 @@ def fetch_file(source: SourceFile, root: str) -> LocalFile:
     return fetch(source, DataLayout(root))
 
 
+@json_only
 def _ingest_cache_key(context: TaskRunContext, parameters: dict) -> str:
     local: LocalFile = parameters["local"]
     cfg: IngestConfig = parameters["cfg"]
@@ -63,8 +65,8 @@ def _ingest_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return f"ingest-{local.md5}-{cfg.pairs.config_hash()}-{CODE_VERSION}-{root}"
 
 
-@task(name="ingest-file", cache_key_fn=_ingest_cache_key, persist_result=True, retries=0,
-      task_run_name="ingest-{local.source.partition}")
+@task(name="ingest-file", cache_key_fn=_ingest_cache_key, persist_result=True, result_serializer=SERIALIZER,
+      retries=0, task_run_name="ingest-{local.source.partition}")
 def ingest_file(local: LocalFile, cfg: IngestConfig, root: str) -> Manifest:
     """Parse one source file into its ``citations`` and ``deletions`` partitions + manifest.
 

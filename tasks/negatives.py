@@ -17,6 +17,7 @@ from mosaic_core.models import resolve_model
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, read_examples, write_jsonl
 from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(consistency, encode)
@@ -24,13 +25,14 @@ MINE_CHUNK = 1_000_000
 """Pairs per exact search, as the filter's default chunk."""
 
 
+@json_only
 def _mine_key(context: TaskRunContext, p: dict) -> str:
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
                      p["query_column"], p["document_column"], str(p["negatives"]), str(p["lengths"]), CODE_VERSION,
                      str(Path(p["out_path"]).resolve()))
 
 
-@task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, retries=0)
+@task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
                         lengths: tuple[int, int], out_path: str) -> str:
     """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives

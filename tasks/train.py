@@ -40,6 +40,7 @@ from mosaic_core.trainer import stage as trainer_stage
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, read_examples
 from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(trainer, trainer_build, trainer_data, trainer_loop, trainer_state, trainer_stage,
@@ -54,6 +55,7 @@ def stage_fingerprint(input_model: str, pairs_source: str, stage: StageConfig, c
                      stage.config_hash(), data, CODE_VERSION, str(Path(out_dir).resolve()))
 
 
+@json_only
 def _stage_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return stage_fingerprint(parameters["input_model"], parameters["pairs_source"], parameters["stage"],
                              parameters["cfg"], parameters["out_dir"])
@@ -117,7 +119,7 @@ def default_processes() -> int:
 
 
 @task(name="train-stage", task_run_name="train-{stage.name}", cache_key_fn=_stage_cache_key,
-      persist_result=True, retries=0)
+      persist_result=True, result_serializer=SERIALIZER, retries=0)
 def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainConfig, out_dir: str,
                      processes: int = 1) -> dict:
     """Train one stage from ``input_model`` into ``out_dir``; returns the stage result (a dict)."""
@@ -152,6 +154,7 @@ def _launch(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainC
     return read_stage_record(out)["result"]
 
 
+@json_only
 def _merge_cache_key(context: TaskRunContext, p: dict) -> str:
     cfg: TrainConfig = p["cfg"]
     return cache_key("merge", model_fingerprint(resolve_model(p["start_model"])),
@@ -159,7 +162,7 @@ def _merge_cache_key(context: TaskRunContext, p: dict) -> str:
                      cfg.config_hash(), code_version(merge), str(Path(p["out_dir"]).resolve()))
 
 
-@task(name="merge", cache_key_fn=_merge_cache_key, persist_result=True, retries=0)
+@task(name="merge", cache_key_fn=_merge_cache_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainConfig, out_dir: str) -> dict:
     """WiSE-FT: the interpolation of ``start_model`` and ``end_model`` with the best validation
     NDCG@10 among ``cfg.merge_weights`` and 1.0 (the end model), written to ``out_dir``; returns a

@@ -17,11 +17,13 @@ from mosaic_core.models import resolve_model
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, corpus_texts
 from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(vocab, selection, distill)
 
 
+@json_only
 def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
     cfg: VocabConfig = parameters["cfg"]
     return cache_key(
@@ -35,7 +37,8 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
     )
 
 
-@task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, retries=0)
+@task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, result_serializer=SERIALIZER,
+      retries=0)
 def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     """Train the domain tokenizer on ``corpus`` and write the expanded model to ``out_dir``;
     returns the report as a dict (small: a manifest, never the model)."""

@@ -7,6 +7,7 @@ from builders import stage1_config, tiny_bert
 
 from flows.train import train_flow
 from mosaic_core.config import StageConfig, TrainConfig
+from mosaic_core.modeldir import read_stage_record
 from mosaic_core.vocab import build_expanded_model
 from tasks.train import FAIL_ENV
 
@@ -50,7 +51,7 @@ def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeyp
     assert contrastive["resumed_from"] == 2 and contrastive["steps"] == 3  # failed stage: resumed
     # 4 test pairs and 4 validation pairs (a fifth of the rest) are held out; validation scores the stage.
     assert joint["pairs"] == len(PAIRS) - 8 and joint["evals"][-1]["n"] == 4
-    assert json.loads((out / "2-contrastive" / "stage.json").read_text())["input_model"] == str(out / "1-joint")
+    assert read_stage_record(out / "2-contrastive")["input_model"] == str((out / "1-joint").resolve())
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, TaskRunFilter

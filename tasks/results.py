@@ -1,0 +1,73 @@
+"""Prefect's persisted task results, as JSON only.
+
+Prefect's default result serializer is pickle, and a pickle read back runs whatever code its
+bytes name: whoever could write a data root (where ingest and filter keep their results) could
+make the next cached run execute code. So every task that persists its result uses Prefect's
+JSON serializer (:data:`SERIALIZER`), and its cache key function is wrapped in
+:func:`json_only`, which removes a record stored under that key that is not a JSON result
+record — a pickle, or one a killed run left half-written — before Prefect looks for it: the
+task runs again and replaces it, and no pickle is ever read.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from prefect.context import TaskRunContext
+from prefect.results import get_default_result_storage
+
+log = logging.getLogger(__name__)
+
+SERIALIZER = "json"
+"""The ``result_serializer`` of every task that persists its result."""
+
+
+DECODER = "prefect.serializers.prefect_json_object_decoder"
+OWN_TYPES = ("mosaic_core.", "storage.", "tasks.")
+"""The packages whose classes a record may name: Prefect's JSON decoder imports whatever a
+record's ``__class__`` says and builds it."""
+
+
+def is_json_record(content: bytes) -> bool:
+    """Whether ``content`` is a Prefect result record serialized as JSON by Prefect's own
+    decoder, naming no class but this project's."""
+    try:
+        record = json.loads(content)
+        serializer = record["metadata"]["serializer"]
+        named: list[str] = []
+
+        def collect(obj: dict) -> dict:
+            named.extend(str(obj[k]) for k in ("__class__", "__exc_type__") if k in obj)
+            return obj
+
+        json.loads(record["result"], object_hook=collect)
+    except (ValueError, KeyError, TypeError):
+        return False
+    return (serializer.get("type") == SERIALIZER and serializer.get("jsonlib", "json") == "json"
+            and serializer.get("object_decoder", DECODER) == DECODER and all(n.startswith(OWN_TYPES) for n in named))
+
+
+def json_only(key_fn: Callable[[TaskRunContext, dict], str]) -> Callable[[TaskRunContext, dict], str]:
+    """Decorator of a task's cache key function: the key, once any record stored under it that
+    is not a JSON result record is removed (so Prefect, which deserializes whatever a record
+    names, finds nothing there and runs the task)."""
+
+    @functools.wraps(key_fn)
+    def checked(context: TaskRunContext, parameters: dict) -> str:
+        key = key_fn(context, parameters)
+        storage = context.result_store.result_storage or get_default_result_storage(_sync=True)
+        basepath = getattr(storage, "basepath", None)
+        if basepath is None:  # not a local folder: nothing to check here
+            return key
+        path = Path(basepath).expanduser() / key
+        if path.is_file() and not is_json_record(path.read_bytes()):
+            log.warning("cached result %s is not a JSON result record (a pickle, or cut short): removed, the task "
+                        "runs again", path)
+            path.unlink(missing_ok=True)
+        return key
+
+    return checked
