@@ -14,6 +14,8 @@ PACKAGE_LOGGERS = ("mosaic_core", "storage", "tasks", "flows")
 
 # Read by Prefect when it configures logging, so set before Prefect is imported.
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", ",".join(PACKAGE_LOGGERS))
+# Records outside a flow run (the CLI taking a data root's lock) go to the console only, silently.
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 for _name in PACKAGE_LOGGERS:
     if logging.getLogger(_name).level == logging.NOTSET:
         logging.getLogger(_name).setLevel(os.environ.get("PREFECT_LOGGING_LEVEL", "INFO").upper())

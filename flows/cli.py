@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 
 # Before Prefect is imported: no telemetry from an offline machine.
@@ -15,6 +16,7 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from mosaic_core.config import (  # noqa: E402
@@ -50,6 +52,15 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
+Wait = Annotated[
+    Optional[float],
+    typer.Option(
+        "--wait",
+        metavar="[SECONDS]",
+        help="If another command is writing the same data root: wait up to SECONDS for it to finish (`--wait` "
+        "alone: as long as it takes). Default: exit at once, with code 3, naming the command that holds it.",
+    ),
+]
 
 
 class InputProblem(ValueError):
@@ -105,6 +116,7 @@ def ingest(
     dask_address: Annotated[
         Optional[str], typer.Option(help="Run the per-file tasks on this Dask scheduler.")
     ] = None,
+    wait: Wait = None,
 ) -> None:
     """Parse a PubMed snapshot into (title, abstract) pairs in Parquet.
 
@@ -124,19 +136,19 @@ def ingest(
         max_files=max_files,
         pairs=pairs,
     )
-    _run_ingest(cfg, data_root, workers, dask_address)
+    _run_ingest(cfg, data_root, workers, dask_address, wait)
 
 
-def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int = 1, dask_address: str | None = None):
+def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int, dask_address: str | None, wait: float | None):
     from flows.ingest import IngestFailed, ingest_flow
 
-    root = str(data_root.expanduser().resolve())
+    root = _folder(data_root)
     flow = ingest_flow.with_options(task_runner=task_runner(workers, dask_address))
     try:
-        _run(flow, cfg, root)
+        _run(flow, cfg, root, writes=root, wait=wait)
     except IngestFailed as exc:
         _print_stats(Path(root))
-        console.print(f"[red]ingest failed:[/red] {exc}")
+        console.print(f"[red]ingest failed:[/red] {escape(str(exc))}")
         console.print("Fix or re-fetch the files named above and run the same command again: "
                       "completed files come from cache.")
         raise typer.Exit(1) from exc
@@ -202,6 +214,7 @@ def filter_pairs(
         help="Padded tokens per encoding batch (default: 131,072 on CUDA; 64 texts a batch on CPU).")] = None,
     query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
     document_column: Annotated[str, typer.Option(help="Document column of a pairs file.")] = "document",
+    wait: Wait = None,
 ) -> None:
     """Consistency-filter candidate pairs (or threshold-filter them, for small domains).
 
@@ -218,7 +231,7 @@ def filter_pairs(
     check_pairs_source(input, (query_column, document_column), "--input")
     _model(model)
     root = _folder(data_root)
-    manifests = _run(filter_flow, input, cfg, root)
+    manifests = _run(filter_flow, input, cfg, root, writes=root, wait=wait)
     Console().print(score_report.fn(root))
     table = Table(title=f"{cfg.mode} filter")
     for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
@@ -244,6 +257,7 @@ def pairs_islamic(
     model: Annotated[str, typer.Option(help=f"Scoring model: hub id, local path, or {OFFLINE_MODEL}.")]
     = "thenlper/gte-base",
     threshold: Annotated[float, typer.Option(help="Keep candidates with cosine >= this.")] = 0.5,
+    wait: Wait = None,
 ) -> None:
     """Verse pairs linked by Tafsir cross-references, threshold-filtered (the low-resource recipe).
 
@@ -252,7 +266,8 @@ def pairs_islamic(
     from flows.corpora import islamic_pairs_flow
 
     cfg = IslamicConfig(quran=str(quran), tafsir=str(tafsir), threshold=threshold).filter_config(_model(model))
-    result = _run(islamic_pairs_flow, str(quran), str(tafsir), cfg, _folder(data_root))
+    root = _folder(data_root)
+    result = _run(islamic_pairs_flow, str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
     stats, manifest = result["stats"], result["manifest"]
     out = Console()
     out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "
@@ -407,6 +422,7 @@ def train(
     model_kind: Annotated[str, typer.Option(
         help="sparse: train SPLADE (the MLM head's max-pooled log(1+ReLU) logits, dot-product InfoNCE + FLOPS "
         "regulariser) in every stage and save SparseEncoder models.")] = "dense",
+    wait: Wait = None,
 ) -> None:
     """Stages 2-3: joint domain-restricted MLM + contrastive, then contrastive only (or a preset).
 
@@ -423,7 +439,8 @@ def train(
     from storage.pairs_io import check_pairs_source
 
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
-    results = _run(train_flow, _model(model), pairs, cfg, _folder(out, "--out"), processes)
+    out_root = _folder(out, "--out")
+    results = _run(train_flow, _model(model), pairs, cfg, out_root, processes, writes=out_root, wait=wait)
     _print_stages(results)
 
 
@@ -516,7 +533,7 @@ def eval_models(
         models = {name: _model(path) for name, path in parse_models(model).items()}
         result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
     except EvaluationInputError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
     Console().print(Path(result["report"]["markdown"]).read_text().split("![")[0])
     Console().print(f"[green]report:[/green] {result['report']['html']}")
@@ -635,6 +652,7 @@ def publish(
     force: Annotated[bool, typer.Option(help="Publish even though the run failed its gate, or a bare model "
                                         "directory.")] = False,
     reason: Annotated[str, typer.Option(help="Why, recorded with the decision.")] = "published by hand",
+    wait: Wait = None,
 ) -> None:
     """Publish a model as DATA_ROOT/models/current by hand: roll back to an earlier run's model, or
     (with --force) publish one the publish gate turned down. The decision is recorded and shown by
@@ -642,10 +660,12 @@ def publish(
     from storage.published import PublishError
     from tasks.publish import publish_by_hand
 
+    root = _folder(data_root)
     try:
-        record = publish_by_hand.fn(run_or_model, str(data_root.expanduser().resolve()), reason, force)
+        with _locked(root, wait):
+            record = publish_by_hand.fn(run_or_model, root, reason, force)
     except PublishError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
     Console().print(f"published {record['candidate']} as {record['published_path']} "
                     f"(previous: {record['previous'] or 'none'})")
@@ -661,7 +681,7 @@ def _pipeline_config(config: Path):
     try:
         return load_pipeline_config(str(config))
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
-        console.print(f"[red]invalid pipeline config {config}:[/red]\n{exc}")
+        console.print(f"[red]invalid pipeline config {escape(str(config))}:[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from exc
 
 
@@ -699,6 +719,7 @@ def run(
         "eval_pool, gate; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
     seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
                                       "and texts).")] = 0,
+    wait: Wait = None,
 ) -> None:
     """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation → publish gate.
 
@@ -723,10 +744,12 @@ def run(
                 raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
                                    "directory you run mosaic from)")
     try:
-        result = _run(mosaic_pipeline, cfg, str(root)) if cfg is not None else _run(demo_flow, str(root), seed)
+        result = (_run(mosaic_pipeline, cfg, str(root), writes=root, wait=wait) if cfg is not None
+                  else _run(demo_flow, str(root), seed, writes=root, wait=wait))
     except IngestFailed as exc:
         _print_stats(root)
-        console.print(f"[red]ingest failed:[/red] {exc}\nFix the files named above and run the same command again.")
+        console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
+                      "Fix the files named above and run the same command again.")
         raise typer.Exit(1) from exc
     out = Console()
     out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
@@ -752,43 +775,84 @@ def input_errors() -> tuple[type[Exception], ...]:
     from storage.pairs_io import CorpusError
     from storage.published import PublishError
 
-    return (InputProblem, CorpusError, ModelNotFound, StageInputError, BenchmarkError, TaskUnavailable, PublishError,
-            ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
+    from flows.runners import SchedulerUnreachable
+
+    return (InputProblem, SchedulerUnreachable, CorpusError, ModelNotFound, StageInputError, BenchmarkError,
+            TaskUnavailable, PublishError, ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
 
 
-def _run(flow, *args):
-    """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the input)."""
+def _locked(root: str | Path, wait: float | None):
+    """The writer lock of data root ``root`` (see storage/lock.py), named after this command;
+    ``wait`` as given to ``--wait`` (None: do not wait; infinity: no limit)."""
+    import sys
+
+    from storage.lock import root_lock
+
+    command = " ".join(["mosaic", *sys.argv[1:3 if sys.argv[1:2] == ["pairs"] else 2]])
+    return root_lock(root, command, None if wait == math.inf else (wait or 0.0))
+
+
+def _run(flow, *args, writes: str | Path | None = None, wait: float | None = None):
+    """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the
+    input), holding the writer lock of the data root it ``writes`` (none for a read-only run)."""
     from flows.server import api_ready
 
-    api_ready()
-    return flow(*args)
+    with _locked(writes, wait) if writes else contextlib.nullcontext():
+        api_ready()
+        return flow(*args)
 
 
 FLOW_COMMANDS = {"ingest", "filter", "pairs", "vocab", "train", "eval", "probe", "run"}
 """Commands that run Prefect flows (and need an API: the configured one, or a temporary server)."""
 
 
+def _bare_wait(argv: list[str]) -> list[str]:
+    """``--wait`` given without SECONDS (last, or before another option) means no limit."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--wait" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append("inf")
+    return out
+
+
 def main() -> None:
-    """The ``mosaic`` console entry: a wrong input ends with one clear line (exit 2); the
-    traceback only with ``--debug`` or ``MOSAIC_DEBUG=1``."""
+    """The ``mosaic`` console entry. A wrong input ends with one clear line (exit 2); a data
+    root another command is writing, with who holds it (exit 3); any other failure of a flow
+    with its message in a few lines and where the full log is (exit 1). The traceback only with
+    ``--debug`` or ``MOSAIC_DEBUG=1``."""
     import sys
 
+    from flows.console import full_log, short
     from flows.server import command_api
+    from storage.lock import RootBusy
 
     debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
+    sys.argv[1:] = _bare_wait(sys.argv[1:])
     runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
+    log = full_log(sys.argv[1], tracebacks_on_console=debug) if runs_flows else contextlib.nullcontext()
     try:
-        with command_api() if runs_flows else contextlib.nullcontext():
+        with log as log_path, command_api() if runs_flows else contextlib.nullcontext():
             app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
     except SystemExit:  # --help, usage errors, typer.Exit: before input_errors(), which imports torch
         raise
+    except RootBusy as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        sys.exit(3)
     except input_errors() as exc:
         if debug:
             raise
-        console.print(f"[red]error:[/red] {exc}\n[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
+        console.print(f"[red]error:[/red] {escape(str(exc))}\n"
+                      "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
         sys.exit(2)
+    except Exception as exc:  # a failure inside a flow: its message, and where the traceback is
+        if debug or not runs_flows:
+            raise
+        console.print(f"[red]error:[/red] {type(exc).__name__}: {escape(short(str(exc)))}\n"
+                      f"[dim]full log with the traceback: {log_path} (or rerun with --debug)[/dim]")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from prefect import flow
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
 from mosaic_core.config import EvalConfig, EvalTaskSpec, FilterConfig
+from storage.lock import root_lock
 from tasks.corpora import islamic_candidates, probe_activation, write_probe
 from tasks.filter import dropped_examples, score_report
 
@@ -17,11 +18,12 @@ from tasks.filter import dropped_examples, score_report
 def islamic_pairs_flow(quran: str, tafsir: str, cfg: FilterConfig, data_root: str) -> dict:
     """Verse pairs linked by Tafsir cross-references (``DATA_ROOT/islamic_candidates.jsonl``),
     threshold-filtered into ``data_root`` like any pairs file."""
-    candidates = str(Path(data_root) / "islamic_candidates.jsonl")
-    stats = islamic_candidates(quran, tafsir, candidates)
-    (manifest,) = filter_flow(candidates, cfg, data_root)
-    return {"stats": stats, "manifest": manifest, "scores": score_report(data_root),
-            "dropped": dropped_examples(data_root, 5)}
+    with root_lock(data_root, "islamic-pairs flow"):
+        candidates = str(Path(data_root) / "islamic_candidates.jsonl")
+        stats = islamic_candidates(quran, tafsir, candidates)
+        (manifest,) = filter_flow(candidates, cfg, data_root)
+        return {"stats": stats, "manifest": manifest, "scores": score_report(data_root),
+                "dropped": dropped_examples(data_root, 5)}
 
 
 @flow(name="probe")

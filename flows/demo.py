@@ -7,6 +7,7 @@ from prefect import flow
 
 from flows.pipeline import mosaic_pipeline
 from mosaic_core.config import PipelineConfig, demo_pipeline
+from storage.lock import root_lock
 from tasks.demo import generate_demo
 
 
@@ -20,4 +21,5 @@ def demo_config(data_root: str, seed: int = 0) -> PipelineConfig:
 def demo_flow(data_root: str, seed: int = 0) -> dict:
     """``mosaic run`` without a config: the demo snapshot of ``seed``, ingested, filtered,
     expanded, trained, evaluated (held-out pairs and the invented-term task) and gated."""
-    return mosaic_pipeline(demo_config(data_root, seed), data_root)
+    with root_lock(data_root, "demo flow"):
+        return mosaic_pipeline(demo_config(data_root, seed), data_root)

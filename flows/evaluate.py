@@ -13,6 +13,7 @@ from mosaic_core.fingerprint import model_fingerprint
 from mosaic_core.models import resolve_model
 from mosaic_core.report import markdown_table
 from storage.benchmarks import BenchmarkError
+from storage.lock import root_lock
 from tasks.evaluate import evaluate_task, load_task, record_history, report_task, task_checksum
 
 
@@ -23,7 +24,8 @@ class EvaluationInputError(RuntimeError):
 @flow(name="evaluate")
 def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: str | None = None) -> dict:
     """Score every model on every task and write the report to ``out_dir``; with ``data_root``
-    the scores are also recorded in its catalog (``mosaic history``)."""
+    the scores are also recorded in its catalog (``mosaic history``), under its writer lock
+    (waited for, if another command holds it: the scores are not thrown away)."""
     problems, specs = [], []
     for spec in cfg.tasks:  # every task's data is checked before any model is scored
         try:
@@ -45,10 +47,11 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
                 "eval config": cfg.config_hash()}
     paths = report_task(scores, out_dir, metadata, [f"not evaluated: {p}" for p in problems])
     if data_root:
-        record_history(data_root, [
-            {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
-             "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}
-            for m, ss in scores.items() for s in ss])
+        with root_lock(data_root, "evaluate flow", wait=None):
+            record_history(data_root, [
+                {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
+                 "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}
+                for m, ss in scores.items() for s in ss])
     create_markdown_artifact(key="evaluation-report", markdown=markdown_table(scores, {}),
                              description=f"Evaluation report: {paths['html']}")
     return {"scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()},

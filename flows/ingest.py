@@ -10,8 +10,8 @@ from prefect.futures import as_completed
 from tqdm.auto import tqdm
 
 from mosaic_core.config import IngestConfig
+from storage.lock import root_lock
 from storage.manifest import Manifest
-from tasks.housekeeping import remove_stale
 from tasks.ingest import fetch_file, ingest_file_for, list_snapshot, refresh_catalog_task
 
 log = logging.getLogger(__name__)
@@ -29,39 +29,39 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
     cache; new, changed and previously failed files are processed. Failed files fail the
     flow after every other file has been stored and the catalog refreshed.
     """
-    remove_stale(root, "ingest")
-    files = list_snapshot(cfg)
-    fetched = {f.partition: fetch_file.submit(f, root) for f in files}
-    ingesting, failures = {}, []
-    for partition, fut in fetched.items():
-        # A failed download must not stop the other files: its ingest is never submitted.
-        local = fut.result(raise_on_failure=False)
-        if isinstance(local, BaseException):
-            failures.append(f"{partition} (download): {local}")
-        else:
-            ingesting[ingest_file_for(local, cfg, root).submit(local, cfg, root)] = partition
-    manifests = []
-    bar_id = create_progress_artifact(0.0, key="ingest-progress", description="files ingested")
-    with tqdm(total=len(files), desc="ingest", unit="file", disable=None if progress else True) as bar:
-        bar.update(len(failures))
-        for fut in as_completed(list(ingesting)):
-            result = fut.result(raise_on_failure=False)
-            if isinstance(result, BaseException):
-                failures.append(f"{ingesting[fut]}: {result}")
+    with root_lock(root, "ingest flow"):
+        files = list_snapshot(cfg)
+        fetched = {f.partition: fetch_file.submit(f, root) for f in files}
+        ingesting, failures = {}, []
+        for partition, fut in fetched.items():
+            # A failed download must not stop the other files: its ingest is never submitted.
+            local = fut.result(raise_on_failure=False)
+            if isinstance(local, BaseException):
+                failures.append(f"{partition} (download): {local}")
             else:
-                manifests.append(result)
-            bar.update(1)
-            update_progress_artifact(bar_id, 100.0 * bar.n / max(len(files), 1))
-    refresh_catalog_task(root)
-    create_table_artifact(
-        key="ingest-files",
-        table=[
-            {"file": m.partition, "status": m.status, "records": m.records_in, "kept": m.kept,
-             **{k: v for k, v in m.dropped.items() if v}}
-            for m in sorted(manifests, key=lambda m: (m.file_seq, m.partition))
-        ],
-        description="Per-file ingest counts (kept and dropped by reason)",
-    )
-    if failures:
-        raise IngestFailed(f"{len(failures)} of {len(files)} files failed: " + "; ".join(failures))
-    return manifests
+                ingesting[ingest_file_for(local, cfg, root).submit(local, cfg, root)] = partition
+        manifests = []
+        bar_id = create_progress_artifact(0.0, key="ingest-progress", description="files ingested")
+        with tqdm(total=len(files), desc="ingest", unit="file", disable=None if progress else True) as bar:
+            bar.update(len(failures))
+            for fut in as_completed(list(ingesting)):
+                result = fut.result(raise_on_failure=False)
+                if isinstance(result, BaseException):
+                    failures.append(f"{ingesting[fut]}: {result}")
+                else:
+                    manifests.append(result)
+                bar.update(1)
+                update_progress_artifact(bar_id, 100.0 * bar.n / max(len(files), 1))
+        refresh_catalog_task(root)
+        create_table_artifact(
+            key="ingest-files",
+            table=[
+                {"file": m.partition, "status": m.status, "records": m.records_in, "kept": m.kept,
+                 **{k: v for k, v in m.dropped.items() if v}}
+                for m in sorted(manifests, key=lambda m: (m.file_seq, m.partition))
+            ],
+            description="Per-file ingest counts (kept and dropped by reason)",
+        )
+        if failures:
+            raise IngestFailed(f"{len(failures)} of {len(files)} files failed: " + "; ".join(failures))
+        return manifests

@@ -5,17 +5,22 @@ all pairs and reruns whole)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import yaml
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed, State
 
 from flows.pipeline import mosaic_pipeline
 from flows.demo import demo_config
 from mosaic_core.config import PipelineConfig
+from storage.lock import RootBusy, root_lock
 from tasks.ingest import list_snapshot
 from tasks.rebuild import record_snapshot, snapshot_changes
+
+log = logging.getLogger(__name__)
 
 
 def load_pipeline_config(config_file: str) -> PipelineConfig:
@@ -28,13 +33,25 @@ def load_pipeline_config(config_file: str) -> PipelineConfig:
 
 
 @flow(name="rebuild")
-def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", force: bool = False) -> dict:
+def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", force: bool = False) -> dict | State:
     """Rebuild the domain model if the snapshot source has new or changed files.
 
     ``config_file``: pipeline YAML (docs/pipeline.example.yaml; default: the built-in demo);
     ``data_root``: where data, models and the report live; ``force``: run even if nothing changed.
+    A tick that finds another command writing the data root ends as *Skipped* (a completed
+    state saying who holds it), not failed: the next tick runs as usual.
     """
     root = str(Path(data_root).expanduser().resolve())
+    try:
+        with root_lock(root, "rebuild deployment"):
+            return _rebuild(config_file, root, force)
+    except RootBusy as exc:
+        log.warning("rebuild skipped: %s", exc)
+        create_markdown_artifact(key="rebuild", description="Scheduled rebuild", markdown=f"Skipped: {exc}.")
+        return Completed(name="Skipped", message=f"skipped: {exc}")
+
+
+def _rebuild(config_file: str | None, root: str, force: bool) -> dict:
     cfg = load_pipeline_config(config_file) if config_file else demo_config(root)
     files = list_snapshot(cfg.ingest)
     changes, signature = snapshot_changes(files, root)

@@ -8,6 +8,7 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 
 from mosaic_core.config import TrainConfig
+from storage.lock import root_lock
 from tasks.negatives import with_hard_negatives
 from tasks.train import default_processes, merge_task_for, train_stage_for
 
@@ -36,22 +37,23 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     general-then-domain training), else the run's. A completed stage comes from cache; a failed
     one resumes from its last checkpoint when the flow is run again. Stages needing hard
     negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.jsonl``)."""
-    results, model, mined = [], input_model, {}
-    for i, stage in enumerate(cfg.stages):
-        out = stage_dir(out_root, i, stage.name)
-        source = stage.pairs or pairs_source
-        if stage.hard_negatives:  # mined once per source (a no-op for one that carries them)
-            key = (source, *cfg.columns_for(stage))
-            if key not in mined:
-                mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
-                                                 (stage.query_max_length, stage.document_max_length),
-                                                 str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"))
-            source = mined[key]
-        results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))
-        model = out
-    if cfg.merge_weights:
-        results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
-            input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
-    create_table_artifact(key="training-stages", table=stage_rows(results),
-                          description="Training stages: final losses and held-out retrieval")
-    return results
+    with root_lock(out_root, "train flow"):
+        results, model, mined = [], input_model, {}
+        for i, stage in enumerate(cfg.stages):
+            out = stage_dir(out_root, i, stage.name)
+            source = stage.pairs or pairs_source
+            if stage.hard_negatives:  # mined once per source (a no-op for one that carries them)
+                key = (source, *cfg.columns_for(stage))
+                if key not in mined:
+                    mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
+                                                     (stage.query_max_length, stage.document_max_length),
+                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"))
+                source = mined[key]
+            results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))
+            model = out
+        if cfg.merge_weights:
+            results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
+                input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
+        create_table_artifact(key="training-stages", table=stage_rows(results),
+                              description="Training stages: final losses and held-out retrieval")
+        return results

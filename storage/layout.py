@@ -89,11 +89,6 @@ class DataLayout:
     def manifest_dir(self, stage: str) -> Path:
         return self.root / "manifests" / stage
 
-    def stage_dirs(self, stage: str) -> list[Path]:
-        """The directories a stage writes its datasets and manifests into."""
-        datasets = {"ingest": ("raw", "citations", "deletions"), "filter": ("embeddings", "filtered")}[stage]
-        return [*(self.root / d for d in datasets), self.manifest_dir(stage)]
-
     @property
     def catalog_path(self) -> Path:
         return self.root / "catalog.duckdb"

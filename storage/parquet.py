@@ -62,7 +62,8 @@ give unfinished files: what a killed process leaves behind."""
 
 def remove_stale_temporaries(directories: list[Path]) -> int:
     """Delete every unfinished file (:data:`STALE_TEMPORARY`) under ``directories``; how many.
-    A stage calls it when it starts, for its own directories: nothing of it can be running."""
+    Only :mod:`storage.lock` calls it, as it takes a data root's writer lock: nothing else can
+    be writing there then."""
     removed = 0
     for directory in directories:
         if not directory.is_dir():

@@ -3,6 +3,8 @@ must teach the model words it has never seen. If a change to any stage (ingest, 
 stage 1, training, evaluation) stops the pipeline from teaching them, this test fails."""
 
 import json
+import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,24 @@ deterministic on a given machine (precision=auto may pick bf16 on another CPU, w
 numbers a little)."""
 
 
+def pickles(root: Path) -> list[str]:
+    """Files under ``root`` that hold a pickle: raw (a protocol 2-5 header), a Prefect result
+    record with the pickle serializer, or a zip archive (torch.save) with a pickled member."""
+    found = []
+    for path in (p for p in root.rglob("*") if p.is_file()):
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+            found.append(str(path))
+        elif head == b"PK" and zipfile.is_zipfile(path) and any(
+                n.endswith(".pkl") for n in zipfile.ZipFile(path).namelist()):
+            found.append(str(path))
+        elif head[:1] == b"{" and path.stat().st_size < 50_000_000 and re.search(
+                rb'"serializer":\s*\{[^}]*"type":\s*"pickle"', path.read_bytes()):
+            found.append(str(path))
+    return found
+
+
 @pytest.mark.timeout(1800)
 def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_path):
     root = tmp_path / "demo"
@@ -38,6 +58,8 @@ def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_pa
     assert (root / "models" / "current").resolve() == Path(result["decision"]["published_path"])
     stage1 = json.loads((root / "models" / "stage1" / "vocab_report.json").read_text())
     assert stage1["pruned"]["share"] == VocabConfig().prune > 0 and stage1["rejected"]["costly"] > 0  # the default
+
+    assert pickles(root) == []  # whoever can write the root cannot make the next cached run execute code
 
     weights = {p: p.stat().st_mtime_ns for p in (root / "models").glob("*/model.safetensors")}
     assert len(weights) >= 3  # stage 1 and both training stages (and the published copy)
