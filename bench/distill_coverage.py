@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 from transformers import AutoTokenizer  # noqa: E402
 
 from mosaic_core.config import DistillConfig, VocabConfig  # noqa: E402
-from mosaic_core.distill import _order, _windows  # noqa: E402
-from mosaic_core.models import resolve_model  # noqa: E402
-from mosaic_core.vocab import split_heldout  # noqa: E402
+from mosaic_core.modeling.refs import resolve_model  # noqa: E402
+from mosaic_core.vocab.build import split_heldout  # noqa: E402
+from mosaic_core.vocab.distill import _order, _windows  # noqa: E402
 from storage.pairs_io import corpus_texts  # noqa: E402
 
 

@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-from mosaic_core.consistency import consistency_filter, search_top  # noqa: E402
-from mosaic_core.encode import GPU_BATCH_TOKENS, Encoder  # noqa: E402
-from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
 from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
 from train_step import bert_base  # noqa: E402
+
+from mosaic_core.data.consistency import consistency_filter, search_top  # noqa: E402
+from mosaic_core.modeling.encode import GPU_BATCH_TOKENS, Encoder  # noqa: E402
+from mosaic_core.modeling.refs import OFFLINE_MODEL, resolve_model  # noqa: E402
 
 
 def timed(fn):

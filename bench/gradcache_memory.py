@@ -22,18 +22,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
 from stage_throughput import PAIRS, read_title_abstract  # noqa: E402
+
+from mosaic_core.modeling.refs import OFFLINE_MODEL  # noqa: E402
 
 
 def child(args: argparse.Namespace, batch: int, chunk: int, grads_out: str | None) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from mosaic_core.gradcache import joint_backward
-    from mosaic_core.losses import JointLoss
-    from mosaic_core.model import PairCollator, build_model
-    from mosaic_core.models import resolve_model
+    from mosaic_core.modeling.dual_encoder import PairCollator, build_model
+    from mosaic_core.modeling.losses import JointLoss
+    from mosaic_core.modeling.refs import resolve_model
+    from mosaic_core.trainer.gradcache import joint_backward
 
     torch.manual_seed(0)
     device = torch.device(args.device)

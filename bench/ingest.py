@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
 
 from mosaic_core.config import PairConfig  # noqa: E402
-from mosaic_core.ingest import FileStats, iter_rows  # noqa: E402
-from mosaic_core.langid import detect_language, langdetect_full  # noqa: E402
-from mosaic_core.pubmed import Citation, iter_citations  # noqa: E402
+from mosaic_core.data.langid import detect_language, langdetect_full  # noqa: E402
+from mosaic_core.data.pairs import FileStats, iter_rows  # noqa: E402
+from mosaic_core.data.pubmed import Citation, iter_citations  # noqa: E402
 
 
 def build_file(n: int, out: Path) -> Path:
@@ -95,7 +95,7 @@ def peak_rss_mb(path: Path) -> float:
     """
     code = (
         "import re,sys; sys.path.insert(0, %r)\n"
-        "from mosaic_core.pubmed import iter_citations\n"
+        "from mosaic_core.data.pubmed import iter_citations\n"
         "n = sum(1 for _ in iter_citations(%r))\n"
         "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
         "print(int(hwm) / 1024)"

@@ -1,6 +1,6 @@
 """Paired per-query differences between models scored by separate `mosaic eval` runs: each
 model against the first, per retrieval task, with the 95 % paired bootstrap interval the
-evaluation report gives models scored in one run (`mosaic_core.report.paired_differences`).
+evaluation report gives models scored in one run (`mosaic_core.evaluate.report.paired_differences`).
 
     python bench/paired.py EVAL_DIR [EVAL_DIR ...] [--pool]
 
@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mosaic_core.evaluation import TaskScore  # noqa: E402
-from mosaic_core.report import differences_table, paired_differences  # noqa: E402
+from mosaic_core.evaluate.report import differences_table, paired_differences  # noqa: E402
+from mosaic_core.evaluate.scoring import TaskScore  # noqa: E402
 
 
 def load(dirs: list[Path]) -> dict[str, list[TaskScore]]:

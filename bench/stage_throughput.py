@@ -27,12 +27,11 @@ PAIRS = ROOT.parent / "shared" / "data" / "biomed" / "biomed_title_abstract.json
 
 import torch  # noqa: E402
 
-from mosaic_core.config import StageConfig  # noqa: E402
-from mosaic_core.encode import resolve_precision  # noqa: E402
-from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
-from mosaic_core.config import VocabConfig  # noqa: E402
+from mosaic_core.config import StageConfig, VocabConfig  # noqa: E402
+from mosaic_core.modeling.encode import resolve_precision  # noqa: E402
+from mosaic_core.modeling.refs import OFFLINE_MODEL  # noqa: E402
 from mosaic_core.trainer import Hooks, train_stage  # noqa: E402
-from mosaic_core.vocab import build_expanded_model  # noqa: E402
+from mosaic_core.vocab.build import build_expanded_model  # noqa: E402
 from storage.pairs_io import CorpusError, read_pairs  # noqa: E402
 
 LOG_EVERY = 5

@@ -8,7 +8,7 @@ with throughput and, on a GPU, model FLOPs utilisation.
 The model is ``--model`` (the offline MiniLM by default) after stage 1 on real biomedical pairs
 (so V_D is real), or a randomly initialised BERT-base-size encoder (12 × 768) over the same
 expanded vocabulary. Same batch, same lengths (64 / 256) for every mode; each timing is the
-best of ``--steps`` forward+backward passes through :func:`mosaic_core.gradcache.joint_backward` with one chunk,
+best of ``--steps`` forward+backward passes through :func:`mosaic_core.trainer.gradcache.joint_backward` with one chunk,
 under the trainer's autocast. Prints joint/contrastive (domain-restricted MLM) and the
 all-token MLM ratio beside it, tokens/s (padded positions, queries + documents) and achieved
 TFLOP/s; MFU when the device's peak is known (H100/H200 bf16 dense: 989 TFLOP/s) or given.
@@ -28,15 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from stage_throughput import PAIRS, bench_stage1, read_title_abstract  # noqa: E402
 from transformers import AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
-from mosaic_core.encode import resolve_precision  # noqa: E402
-from mosaic_core.gradcache import joint_backward  # noqa: E402
-from mosaic_core.losses import IGNORE, JointLoss  # noqa: E402
-from mosaic_core.model import DualEncoder, PairCollator, build_model  # noqa: E402
-from mosaic_core.models import OFFLINE_MODEL  # noqa: E402
-from mosaic_core.modeldir import copy_domain_ids, read_domain_ids  # noqa: E402
-from stage_throughput import PAIRS, bench_stage1, read_title_abstract  # noqa: E402
+from mosaic_core.modeling.dual_encoder import DualEncoder, PairCollator, build_model  # noqa: E402
+from mosaic_core.modeling.encode import resolve_precision  # noqa: E402
+from mosaic_core.modeling.losses import IGNORE, JointLoss  # noqa: E402
+from mosaic_core.modeling.modeldir import copy_domain_ids, read_domain_ids  # noqa: E402
+from mosaic_core.modeling.refs import OFFLINE_MODEL  # noqa: E402
+from mosaic_core.trainer.gradcache import joint_backward  # noqa: E402
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0}
 

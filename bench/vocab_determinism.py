@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 from transformers import AutoTokenizer  # noqa: E402
 
 from mosaic_core.config import VocabConfig  # noqa: E402
-from mosaic_core.models import OFFLINE_MODEL, resolve_model  # noqa: E402
-from mosaic_core.vocab import _Clock, plan_vocabulary, split_heldout  # noqa: E402
+from mosaic_core.modeling.refs import OFFLINE_MODEL, resolve_model  # noqa: E402
+from mosaic_core.vocab.build import _Clock, plan_vocabulary, split_heldout  # noqa: E402
 
 PAIRS = ROOT.parent / "shared" / "data" / "biomed" / "biomed_title_abstract.jsonl"
 

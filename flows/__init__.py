@@ -1,4 +1,4 @@
-"""Prefect flows: composition of tasks only, plus the ``mosaic`` command line.
+"""Prefect flows: composition of tasks only (the ``mosaic`` command line is the ``cli`` package).
 
 Importing the package (the CLI, ``mosaic serve`` and a worker's flow entrypoints all do) routes
 the method's own log records — counts, kept fractions, skipped rows, training losses — to the

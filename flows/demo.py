@@ -1,12 +1,13 @@
 """The built-in demo: an invented biomedical sub-field generated into the data root
-(:mod:`mosaic_core.demo`), then the whole pipeline on it."""
+(:mod:`mosaic_core.data.demo`), then the whole pipeline on it."""
 
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.pipeline import mosaic_pipeline
-from mosaic_core.config import PipelineConfig, demo_pipeline
+from mosaic_core.config import PipelineConfig
+from mosaic_core.data.demo import demo_pipeline
 from storage.lock import root_lock
 from tasks.demo import generate_demo
 

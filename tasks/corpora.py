@@ -10,8 +10,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.islamic import read_quran, tafsir_candidates
-from mosaic_core.probe import make_probe
+from mosaic_core.data.islamic import read_quran, tafsir_candidates
+from mosaic_core.evaluate.probe import make_probe
 from storage.benchmarks import write_beir
 from storage.pairs_io import write_jsonl
 
@@ -42,9 +42,9 @@ def write_probe(word: str, out_dir: str) -> dict:
 def probe_activation(models: dict[str, str], word: str) -> dict:
     """For every sparse (SPLADE) model of ``models``: the invented word's weight where the probe
     names it and in its queries, which only describe it (dense models have no such weight)."""
-    from mosaic_core.models import resolve_model
-    from mosaic_core.probe import sparse_activation
-    from mosaic_core.sparse import is_sparse_model, sparse_encoder
+    from mosaic_core.evaluate.probe import sparse_activation
+    from mosaic_core.modeling.refs import resolve_model
+    from mosaic_core.modeling.sparse import is_sparse_model, sparse_encoder
 
     data = make_probe(word)
     resolved = {name: resolve_model(path) for name, path in models.items()}

@@ -7,7 +7,7 @@ import logging
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.demo import make_demo
+from mosaic_core.data.demo import make_demo
 from storage.demo import write_demo
 from storage.layout import DataLayout
 

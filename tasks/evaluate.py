@@ -14,14 +14,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from mosaic_core import card, evaluation
-from mosaic_core.evaluation import TaskScore
-from mosaic_core.report import write_report
 from mosaic_core.config import EvalTaskSpec
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.modeldir import MODEL_CARD, read_stage_record, read_vocab_report, write_card
-from mosaic_core.models import resolve_model
-from mosaic_core.heldout import retrieval_data, split_heldout
+from mosaic_core.evaluate import scoring as evaluation
+from mosaic_core.evaluate.report import write_report
+from mosaic_core.evaluate.scoring import TaskScore
+from mosaic_core.modeling import card
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.modeldir import MODEL_CARD, read_stage_record, read_vocab_report, write_card
+from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.trainer.heldout import retrieval_data, split_heldout
 from mosaic_core.versioning import code_version
 from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
@@ -85,7 +86,7 @@ def _load_task(spec: EvalTaskSpec, checksum: str):
 
 
 def _verse_task(spec: EvalTaskSpec, heldout: list[tuple[str, str]]):
-    from mosaic_core.islamic import read_quran
+    from mosaic_core.data.islamic import read_quran
 
     try:
         verses = read_quran(Path(spec.collection).expanduser())

@@ -15,14 +15,15 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from mosaic_core import consistency, encode
 from mosaic_core.config import FilterConfig
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.models import resolve_model
+from mosaic_core.data import consistency
+from mosaic_core.modeling import encode
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from storage import schemas
-from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
 from storage.catalog import Catalog
+from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
 from storage.layout import DataLayout
 from storage.manifest import Manifest, read_manifest, write_manifest
 from storage.pairs_io import CorpusError, PairPartition, list_pair_partitions, read_pair_partition

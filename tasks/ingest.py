@@ -12,7 +12,7 @@ from prefect.context import TaskRunContext
 from prefect.states import State
 
 from mosaic_core.config import IngestConfig
-from mosaic_core.ingest import CODE_VERSION, FileStats, iter_rows
+from mosaic_core.data.pairs import CODE_VERSION, FileStats, iter_rows
 from storage import schemas
 from storage.catalog import refresh_catalog
 from storage.layout import DataLayout

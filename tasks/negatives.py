@@ -1,5 +1,5 @@
 """Prefect task: hard negatives for a pairs file that has none, mined with the consistency
-filter's own search (:func:`mosaic_core.consistency.consistency_filter`)."""
+filter's own search (:func:`mosaic_core.data.consistency.consistency_filter`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 from prefect import task
 from prefect.context import TaskRunContext
 
-from mosaic_core import consistency, encode
-from mosaic_core.encode import Encoder
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.models import resolve_model
+from mosaic_core.data import consistency
+from mosaic_core.modeling import encode
+from mosaic_core.modeling.encode import Encoder
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, read_examples, write_jsonl
 from tasks.keys import cache_key

@@ -9,12 +9,19 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.gate import publish_gate
-from mosaic_core.models import ModelNotFound, check_loadable, resolve_model
+from mosaic_core.evaluate.gate import publish_gate
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.refs import ModelNotFound, check_loadable, resolve_model
 from storage.layout import DataLayout
-from storage.published import (PublishError, current_model, publish_model, published_copy, read_decision,
-                               recorded_path, write_decision)
+from storage.published import (
+    PublishError,
+    current_model,
+    publish_model,
+    published_copy,
+    read_decision,
+    recorded_path,
+    write_decision,
+)
 
 log = logging.getLogger(__name__)
 

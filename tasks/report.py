@@ -1,4 +1,4 @@
-"""Prefect task of the run report: the pipeline's story on one page (:mod:`mosaic_core.run_report`)."""
+"""Prefect task of the run report: the pipeline's story on one page (:mod:`mosaic_core.evaluate.run_report`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.evaluation import TaskScore
-from mosaic_core.run_report import RunStory, headline, render
+from mosaic_core.evaluate.run_report import RunStory, headline, render
+from mosaic_core.evaluate.scoring import TaskScore
 from storage.manifest import Manifest
 
 

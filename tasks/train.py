@@ -24,27 +24,21 @@ from prefect import Task, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.context import TaskRunContext
 
-from mosaic_core import gradcache, heldout, losses, merge, model, trainer
 from mosaic_core.config import StageConfig, TrainConfig
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.heldout import SELECT_METRIC, RetrievalProbe, split_indices
-from mosaic_core.card import facts, render
-from mosaic_core.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
-from mosaic_core.models import resolve_model
-from mosaic_core.trainer import Hooks, PairSet, fail_after
-from mosaic_core.trainer import build as trainer_build
-from mosaic_core.trainer import data as trainer_data
-from mosaic_core.trainer import loop as trainer_loop
-from mosaic_core.trainer import state as trainer_state
+from mosaic_core.modeling.card import facts, render
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
+from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.trainer import Hooks, PairSet, fail_after, merge
 from mosaic_core.trainer import stage as trainer_stage
+from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe, split_indices
 from mosaic_core.versioning import code_version
 from storage.pairs_io import corpus_fingerprint, read_examples
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
-CODE_VERSION = code_version(trainer, trainer_build, trainer_data, trainer_loop, trainer_state, trainer_stage,
-                            gradcache, heldout, losses, model)
+CODE_VERSION = code_version(trainer_stage)  # and all it imports (mosaic_core/versioning.py)
 FAIL_ENV = "MOSAIC_FAIL_STAGE_AT_STEP"
 """Test hook: ``NAME:STEP`` makes stage NAME fail after optimizer step STEP (crash/resume drills)."""
 
@@ -99,7 +93,7 @@ def stage_hooks(stage: StageConfig) -> Hooks:
 
 def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig) -> tuple[PairSet, RetrievalProbe | None]:
     """(training examples of ``stage``, validation retrieval): the test and validation pairs (by
-    content hash, :mod:`mosaic_core.heldout`) are kept out of training, their documents out of
+    content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of training, their documents out of
     the training pairs' hard negatives too."""
     rows, _ = read_examples(pairs_source, *cfg.columns_for(stage))
     data = PairSet.of(rows)
@@ -129,7 +123,8 @@ def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cf
     data, validation = load_split(pairs_source, cfg, stage)
     log.info("stage %s: %d training pairs, %d validation queries, from %s", stage.name, len(data),
              len(validation.queries) if validation else 0, input_model)
-    result = trainer.train_stage(input_model, data, stage, Path(out_dir), validation, fingerprint, stage_hooks(stage))
+    result = trainer_stage.train_stage(input_model, data, stage, Path(out_dir), validation, fingerprint,
+                                       stage_hooks(stage))
     return asdict(result)
 
 

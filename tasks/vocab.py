@@ -9,18 +9,18 @@ from pathlib import Path
 from prefect import Task, task
 from prefect.context import TaskRunContext
 
-from mosaic_core import distill, selection, vocab
 from mosaic_core.config import VocabConfig
-from mosaic_core.fingerprint import model_fingerprint
-from mosaic_core.modeldir import has_domain_ids
-from mosaic_core.models import resolve_model
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.modeldir import has_domain_ids
+from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
+from mosaic_core.vocab import build as vocab
 from storage.pairs_io import corpus_fingerprint, corpus_texts
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
-CODE_VERSION = code_version(vocab, selection, distill)
+CODE_VERSION = code_version(vocab)  # and all it imports (mosaic_core/versioning.py)
 
 
 @json_only

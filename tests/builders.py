@@ -145,8 +145,16 @@ def tiny_encoder(path: Path, family: str, hidden: int = 32, mlm_head: bool = Fal
         return tiny_bert(path, hidden=hidden, mlm_head=mlm_head)
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import (RobertaConfig, RobertaForMaskedLM, RobertaModel, RobertaTokenizerFast,
-                              XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaModel, XLMRobertaTokenizerFast)
+    from transformers import (
+        RobertaConfig,
+        RobertaForMaskedLM,
+        RobertaModel,
+        RobertaTokenizerFast,
+        XLMRobertaConfig,
+        XLMRobertaForMaskedLM,
+        XLMRobertaModel,
+        XLMRobertaTokenizerFast,
+    )
 
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     if family == "roberta":

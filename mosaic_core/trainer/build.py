@@ -12,11 +12,11 @@ import torch
 from transformers import AutoTokenizer, get_scheduler
 
 from mosaic_core.config import StageConfig
-from mosaic_core.encode import max_positions, resolve_precision
-from mosaic_core.losses import JointLoss
-from mosaic_core.model import DualEncoder, PairCollator, build_model
-from mosaic_core.modeldir import DOMAIN_IDS, read_domain_ids
-from mosaic_core.sparse import is_sparse_dir
+from mosaic_core.modeling.dual_encoder import DualEncoder, PairCollator, build_model
+from mosaic_core.modeling.encode import max_positions, resolve_precision
+from mosaic_core.modeling.losses import JointLoss
+from mosaic_core.modeling.modeldir import DOMAIN_IDS, read_domain_ids
+from mosaic_core.modeling.sparse import is_sparse_dir
 from mosaic_core.trainer.data import BatchPlan, PairSet
 
 log = logging.getLogger(__name__)

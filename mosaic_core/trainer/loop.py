@@ -15,11 +15,11 @@ import torch
 from tqdm.auto import tqdm
 
 from mosaic_core.config import StageConfig
-from mosaic_core.gradcache import joint_backward, mlm_backward
-from mosaic_core.heldout import SELECT_METRIC
-from mosaic_core.model import DualEncoder
+from mosaic_core.modeling.dual_encoder import DualEncoder
 from mosaic_core.trainer.build import TrainParts
 from mosaic_core.trainer.data import PairSet, prefetched
+from mosaic_core.trainer.gradcache import joint_backward, mlm_backward
+from mosaic_core.trainer.heldout import SELECT_METRIC
 from mosaic_core.trainer.state import Best, TrainState, save_best, save_state
 
 log = logging.getLogger(__name__)

@@ -15,14 +15,14 @@ import numpy as np
 import torch
 
 from mosaic_core.config import StageConfig
-from mosaic_core.encode import Encoder
-from mosaic_core.heldout import RetrievalProbe
-from mosaic_core.model import DualEncoder, save_model
-from mosaic_core.card import facts, render
-from mosaic_core.modeldir import copy_domain_ids, write_card, write_stage_record
-from mosaic_core.models import resolve_model
+from mosaic_core.modeling.card import facts, render
+from mosaic_core.modeling.dual_encoder import DualEncoder, save_model
+from mosaic_core.modeling.encode import Encoder
+from mosaic_core.modeling.modeldir import copy_domain_ids, write_card, write_stage_record
+from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer.build import TrainParts, build_parts
 from mosaic_core.trainer.data import PairSet
+from mosaic_core.trainer.heldout import RetrievalProbe
 from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, warmup_target, window_means
 from mosaic_core.trainer.state import TrainState, load_state, restore_best
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from flows.demo import demo_config
-from mosaic_core.config import VocabConfig
 from flows.pipeline import mosaic_pipeline
+from mosaic_core.config import VocabConfig
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

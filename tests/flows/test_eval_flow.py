@@ -4,7 +4,7 @@ import pytest
 from builders import tiny_bert
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli import app
 from flows.evaluate import EvaluationInputError, eval_flow
 from mosaic_core.config import EvalConfig, EvalTaskSpec
 from storage.catalog import Catalog

@@ -8,8 +8,8 @@ import yaml
 from builders import shared_data, tiny_bert
 from typer.testing import CliRunner
 
-from flows.cli import app
-from mosaic_core.islamic import read_quran, tafsir_candidates
+from cli import app
+from mosaic_core.data.islamic import read_quran, tafsir_candidates
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

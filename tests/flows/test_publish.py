@@ -6,7 +6,7 @@ import pytest
 from builders import tiny_bert
 from typer.testing import CliRunner
 
-from flows.cli import app
+from cli import app
 from storage.layout import DataLayout
 from storage.published import PublishError, current_model, read_decision
 from tasks.publish import decide_and_publish, publish_by_hand

@@ -7,8 +7,8 @@ from builders import stage1_config, tiny_bert
 
 from flows.train import train_flow
 from mosaic_core.config import StageConfig, TrainConfig
-from mosaic_core.modeldir import read_stage_record
-from mosaic_core.vocab import build_expanded_model
+from mosaic_core.modeling.modeldir import read_stage_record
+from mosaic_core.vocab.build import build_expanded_model
 from tasks.train import FAIL_ENV
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

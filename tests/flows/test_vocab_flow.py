@@ -31,7 +31,7 @@ def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
 def test_vocab_cli_roberta_with_reduction(tmp_path):
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from cli import app
 
     corpus, reduce = tmp_path / "pairs.jsonl", tmp_path / "general.jsonl"
     corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))

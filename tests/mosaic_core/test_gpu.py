@@ -11,11 +11,11 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
 
 from mosaic_core.config import StageConfig
-from mosaic_core.gradcache import joint_backward
-from mosaic_core.losses import JointLoss
-from mosaic_core.model import PairCollator, build_model
+from mosaic_core.modeling.dual_encoder import PairCollator, build_model
+from mosaic_core.modeling.losses import JointLoss
 from mosaic_core.trainer import Hooks, train_stage
-from mosaic_core.vocab import build_expanded_model
+from mosaic_core.trainer.gradcache import joint_backward
+from mosaic_core.vocab.build import build_expanded_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

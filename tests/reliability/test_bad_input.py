@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def mosaic(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "COLUMNS": "300", **(env or {})}, timeout=300)
 
 
@@ -89,7 +89,7 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_non_string_cells_in_a_parquet_pairs_file_are_counted_not_fatal(tmp_path):
-    from storage.pairs_io import read_pair_partition, list_pair_partitions, read_pairs
+    from storage.pairs_io import list_pair_partitions, read_pair_partition, read_pairs
 
     path = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"query": [1, 2, None, 4], "document": ["a b c", "d e f", "g h i", None]}), path)

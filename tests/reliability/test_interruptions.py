@@ -22,7 +22,7 @@ ABS = ("We studied a large cohort of patients with the disease over several year
 
 def start(*args: str, home) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**env, "PREFECT_HOME": str(home)})
 
 
@@ -70,7 +70,7 @@ def test_a_stage_removes_the_unfinished_files_a_killed_run_left(tmp_path):
 
 @pytest.mark.slow
 def test_a_training_stage_killed_mid_run_resumes_from_its_checkpoint(tmp_path):
-    from mosaic_core.vocab import build_expanded_model
+    from mosaic_core.vocab.build import build_expanded_model
 
     pairs = tmp_path / "pairs.jsonl"
     words = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy"]
@@ -90,7 +90,7 @@ def test_a_training_stage_killed_mid_run_resumes_from_its_checkpoint(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert list(checkpoints.glob("step-*"))
-    done = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
                                "PREFECT_HOME": str(tmp_path / "home")}, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -41,7 +41,7 @@ def hold(root, seconds: float = 300) -> subprocess.Popen:
 
 def mosaic(*args: str, home) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**env, "COLUMNS": "200", "PREFECT_HOME": str(home)}, timeout=600)
 
 

@@ -164,10 +164,10 @@ def test_a_yaml_boolean_is_refused_where_a_number_belongs():
 # -- 4. a stage record survives moving its data root --------------------------------------------
 
 def test_a_stage_record_follows_its_moved_root(tmp_path):
-    from mosaic_core.card import lineage
-    from mosaic_core.modeldir import read_stage_record, write_stage_record
+    from mosaic_core.modeling.card import lineage
+    from mosaic_core.modeling.modeldir import read_stage_record, write_stage_record
     from mosaic_core.trainer import Hooks, train_stage
-    from mosaic_core.vocab import build_expanded_model
+    from mosaic_core.vocab.build import build_expanded_model
 
     pairs = [(f"cardiomyopathy in the patient {i}", f"the patient with cardiomyopathy was treated {i}")
              for i in range(8)]

@@ -6,11 +6,19 @@ from pathlib import Path
 import pytest
 from builders import tiny_bert
 
-from mosaic_core.models import check_loadable
+from mosaic_core.modeling.refs import check_loadable
 from storage.catalog import Catalog
 from storage.layout import DataLayout
-from storage.published import (KEEP_PUBLISHED, PublishError, current_model, publish_model, published_copy,
-                               read_decision, recorded_path, write_decision)
+from storage.published import (
+    KEEP_PUBLISHED,
+    PublishError,
+    current_model,
+    publish_model,
+    published_copy,
+    read_decision,
+    recorded_path,
+    write_decision,
+)
 
 
 def model(path, text):
@@ -150,8 +158,8 @@ def test_every_kind_of_model_the_pipeline_writes_is_published_and_loads(tmp_path
     from builders import tiny_encoder
     from sentence_transformers import SentenceTransformer, SparseEncoder
 
-    from mosaic_core.model import build_model, save_model
-    from mosaic_core.models import OFFLINE_MODEL, resolve_model
+    from mosaic_core.modeling.dual_encoder import build_model, save_model
+    from mosaic_core.modeling.refs import OFFLINE_MODEL, resolve_model
 
     if kind in ("dense stage", "sparse stage"):
         base = tiny_bert(tmp_path / "base", mlm_head=kind == "sparse stage")

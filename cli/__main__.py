@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``mosaic`` command line."""
+
+from cli import main
+
+main()

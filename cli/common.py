@@ -1,0 +1,156 @@
+"""What the ``mosaic`` commands share: the Typer ``app``, option types, input checks, running a
+flow under the data root's writer lock, and ``main()``, the console entry."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    name="mosaic",
+    help="Adapt a general text-embedding model to a domain: PubMed snapshots in, adapted model out.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",  # docstring paragraphs reflow to the terminal
+)
+console = Console(stderr=True)
+
+DataRoot = Annotated[
+    Path,
+    typer.Option(
+        "--data-root",
+        "-d",
+        envvar="MOSAIC_DATA_ROOT",
+        help="Where partitions, manifests, the DuckDB catalog and cached results live.",
+    ),
+]
+DEFAULT_ROOT = Path("mosaic-data")
+Wait = Annotated[
+    Optional[float],
+    typer.Option(
+        "--wait",
+        metavar="[SECONDS]",
+        help="If another command is writing the same data root: wait up to SECONDS for it to finish (`--wait` "
+        "alone: as long as it takes). Default: exit at once, with code 3, naming the command that holds it.",
+    ),
+]
+
+
+class InputProblem(ValueError):
+    """A command's input is wrong; the message says what to pass instead."""
+
+
+def _folder(path: Path, what: str = "data root") -> str:
+    """``path`` resolved, after checking it is not a file (a folder that does not exist yet is fine)."""
+    resolved = path.expanduser().resolve()
+    if resolved.exists() and not resolved.is_dir():
+        raise InputProblem(f"{what} {path} is a file: pass a folder (it is created if missing)")
+    return str(resolved)
+
+
+def _model(name: str) -> str:
+    """``name`` unchanged, after checking it can be loaded (before any flow starts)."""
+    from mosaic_core.modeling.refs import check_model
+
+    check_model(name)
+    return name
+
+
+def input_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean "the input is wrong": shown as one line that says what to do."""
+    from pydantic import ValidationError
+
+    from flows.runners import SchedulerUnreachable
+    from mosaic_core.evaluate.scoring import TaskUnavailable
+    from mosaic_core.modeling.refs import ModelNotFound
+    from mosaic_core.trainer import StageInputError
+    from mosaic_core.vocab.tokenizers import UnsupportedTokenizer
+    from storage.benchmarks import BenchmarkError
+    from storage.pairs_io import CorpusError
+    from storage.published import PublishError
+
+    return (InputProblem, SchedulerUnreachable, CorpusError, ModelNotFound, StageInputError, BenchmarkError,
+            TaskUnavailable, PublishError, ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
+
+
+def _locked(root: str | Path, wait: float | None):
+    """The writer lock of data root ``root`` (see storage/lock.py), named after this command;
+    ``wait`` as given to ``--wait`` (None: do not wait; infinity: no limit)."""
+    import sys
+
+    from storage.lock import root_lock
+
+    command = " ".join(["mosaic", *sys.argv[1:3 if sys.argv[1:2] == ["pairs"] else 2]])
+    return root_lock(root, command, None if wait == math.inf else (wait or 0.0))
+
+
+def _run(flow, *args, writes: str | Path | None = None, wait: float | None = None):
+    """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the
+    input), holding the writer lock of the data root it ``writes`` (none for a read-only run)."""
+    from flows.server import api_ready
+
+    with _locked(writes, wait) if writes else contextlib.nullcontext():
+        api_ready()
+        return flow(*args)
+
+
+FLOW_COMMANDS = {"ingest", "filter", "pairs", "vocab", "train", "eval", "probe", "run"}
+"""Commands that run Prefect flows (and need an API: the configured one, or a temporary server)."""
+
+
+def _bare_wait(argv: list[str]) -> list[str]:
+    """``--wait`` given without SECONDS (last, or before another option) means no limit."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--wait" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append("inf")
+    return out
+
+
+def main() -> None:
+    """The ``mosaic`` console entry. A wrong input ends with one clear line (exit 2); a data
+    root another command is writing, with who holds it (exit 3); any other failure of a flow
+    with its message in a few lines and where the full log is (exit 1). The traceback only with
+    ``--debug`` or ``MOSAIC_DEBUG=1``."""
+    import sys
+
+    from flows.console import full_log, short
+    from flows.server import command_api
+    from storage.lock import RootBusy
+
+    debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
+    if "--debug" in sys.argv:
+        sys.argv.remove("--debug")
+    sys.argv[1:] = _bare_wait(sys.argv[1:])
+    runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
+    log = full_log(sys.argv[1], tracebacks_on_console=debug) if runs_flows else contextlib.nullcontext()
+    try:
+        with log as log_path, command_api() if runs_flows else contextlib.nullcontext():
+            app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
+    except SystemExit:  # --help, usage errors, typer.Exit: before input_errors(), which imports torch
+        raise
+    except RootBusy as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        sys.exit(3)
+    except input_errors() as exc:
+        if debug:
+            raise
+        console.print(f"[red]error:[/red] {escape(str(exc))}\n"
+                      "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
+        sys.exit(2)
+    except Exception as exc:  # a failure inside a flow: its message, and where the traceback is
+        if debug or not runs_flows:
+            raise
+        console.print(f"[red]error:[/red] {type(exc).__name__}: {escape(short(str(exc)))}\n"
+                      f"[dim]full log with the traceback: {log_path} (or rerun with --debug)[/dim]")
+        sys.exit(1)
+
+

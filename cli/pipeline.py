@@ -1,0 +1,108 @@
+"""``mosaic run`` and ``mosaic serve``: the whole pipeline, once or as the scheduled rebuild."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cli.common import DataRoot, InputProblem, Wait, _folder, _model, _run, app, console
+from cli.data import _print_stats
+from cli.train import _print_stages
+from deployments import DEFAULT_CRON
+
+
+def _pipeline_config(config: Path):
+    """The validated pipeline config; exit 2 with the reasons if invalid."""
+    import yaml
+    from pydantic import ValidationError
+
+    from flows.rebuild import load_pipeline_config
+
+    try:
+        return load_pipeline_config(str(config))
+    except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
+        console.print(f"[red]invalid pipeline config {escape(str(config))}:[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def serve(
+    data_root: DataRoot = Path("mosaic-data"),
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="Pipeline YAML of the rebuilds (default: the built-in demo).")] = None,
+    cron: Annotated[str, typer.Option(help="Schedule of the rebuild (cron, UTC); '' for manual runs only.")
+                    ] = DEFAULT_CRON,
+) -> None:
+    """Serve the `rebuild` deployment: on each scheduled (or UI-triggered) run it lists the
+    snapshot source and runs the pipeline only if files were added or changed.
+
+    Needs a Prefect API: start one with `prefect server start` (UI at http://127.0.0.1:4200)
+    and `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`. Runs in this process
+    until interrupted; trigger a run from the UI (Deployments → rebuild/rebuild → Run) or with
+    `prefect deployment run rebuild/rebuild`.
+    """
+    from prefect import serve as prefect_serve
+
+    from deployments.rebuild import rebuild_deployment
+
+    config_file = str(config.expanduser().resolve()) if config else None
+    if config:
+        _pipeline_config(config)  # validated before anything is registered
+    prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
+
+
+@app.command()
+def run(
+    data_root: DataRoot = Path("mosaic-demo"),
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", "-c", help="Pipeline YAML (sections base_model, ingest, filter, vocab, train, eval_tasks, "
+        "eval_pool, gate; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
+    seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
+                                      "and texts).")] = 0,
+    wait: Wait = None,
+) -> None:
+    """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation → publish gate.
+
+    With no --config it runs the built-in demo: a generated snapshot of an invented biomedical
+    sub-field (two dozen made-up drug and protein names) with the offline all-MiniLM-L6-v2 on
+    CPU (a few minutes), ending with an adapted model and a report under DATA_ROOT that compares
+    it with the base model on the held-out pairs and on finding documents about the invented
+    words from a description of what they do. Rerunning takes completed steps from cache and
+    resumes a failed training stage.
+    """
+    from flows.demo import demo_flow
+    from flows.ingest import IngestFailed
+    from flows.pipeline import mosaic_pipeline
+
+    root = Path(_folder(data_root))
+    cfg = _pipeline_config(config) if config else None
+    if cfg is not None:
+        _model(cfg.base_model)
+        _model(cfg.filter.model)
+        for name, path in (("quran", cfg.islamic.quran), ("tafsir", cfg.islamic.tafsir)) if cfg.islamic else ():
+            if not Path(path).is_file():
+                raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
+                                   "directory you run mosaic from)")
+    try:
+        result = (_run(mosaic_pipeline, cfg, str(root), writes=root, wait=wait) if cfg is not None
+                  else _run(demo_flow, str(root), seed, writes=root, wait=wait))
+    except IngestFailed as exc:
+        _print_stats(root)
+        console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
+                      "Fix the files named above and run the same command again.")
+        raise typer.Exit(1) from exc
+    out = Console()
+    out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
+              f"stage 1 added {result['vocab']['tokens_added']} tokens")
+    _print_stages(result["stages"], paths=False)
+    out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])
+    out.print(f"[green]adapted model:[/green] {result['final_model']}")
+    decision = result["decision"]
+    out.print(f"[{'green' if decision['published'] else 'yellow'}]{decision['message']}[/]")
+    out.print(f"[green]published model:[/green] {result['published_model'] or 'none yet'}")
+    out.print(f"[green]report:[/green] {result['report']['html']}")
+

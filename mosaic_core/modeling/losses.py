@@ -1,0 +1,160 @@
+"""Stage 2/3 maths on tensors: InfoNCE, domain-restricted MLM, document masking (docs/method.md).
+
+Split from "run the model" so each piece is tested against a naive reference on hand-made
+tensors. Nothing here logs; the contrastive loss gathers documents across ranks only when
+``torch.distributed`` is initialised.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mosaic_core.modeling import sparse
+
+IGNORE = -100
+
+
+def _gather_with_grad(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """All ranks' ``x`` concatenated, and this rank's offset. The gather is differentiable: each
+    rank's loss sends gradient to every rank's shard, so the step's gradient, averaged over
+    ranks, is that of the whole batch on one process."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return x, 0
+    from torch.distributed.nn.functional import all_gather  # imported only where ranks exist
+
+    parts = all_gather(x.contiguous())
+    return torch.cat(parts), torch.distributed.get_rank() * x.shape[0]
+
+
+def info_nce(
+    queries: torch.Tensor,
+    docs: torch.Tensor,
+    scale: float = 50.0,
+    symmetric: bool = False,
+    hard_negatives: torch.Tensor | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """InfoNCE over in-batch negatives (eq. 4) on L2-normalised embeddings (``normalize``; the
+    raw dot product without: SPLADE's relevance).
+
+    ``queries``, ``docs``: ``[B, d]``, row i of each forms a positive pair; ``hard_negatives``
+    ``[B', d]`` are extra columns for every query (of this rank, under ``torch.distributed``).
+    ``scale`` is the fixed logit scale (1/τ; the authors used 50). ``symmetric`` averages the
+    query→doc and doc→query directions.
+    """
+    def unit(x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x.float(), dim=-1) if normalize else x.float()
+
+    q, d = unit(queries), unit(docs)
+    d_all, offset = _gather_with_grad(d)
+    # Hard negatives stay on their rank (a rank's share can be any size, even none).
+    columns = d_all if hard_negatives is None else torch.cat([d_all, unit(hard_negatives)])
+    labels = torch.arange(q.shape[0], device=q.device) + offset
+    loss = F.cross_entropy(scale * q @ columns.T, labels)
+    if symmetric:
+        q_all, _ = _gather_with_grad(q)
+        loss = (loss + F.cross_entropy(scale * d @ q_all.T, labels)) / 2
+    return loss
+
+
+def domain_lookup(domain_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``[V]`` long: position of each vocabulary id in V_D, ``IGNORE`` for non-domain ids."""
+    lookup = torch.full((vocab_size,), IGNORE, dtype=torch.long, device=domain_ids.device)
+    lookup[domain_ids] = torch.arange(len(domain_ids), device=domain_ids.device)
+    return lookup
+
+
+def domain_mlm_loss(
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    embeddings: torch.Tensor,
+    domain_ids: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Domain-restricted MLM (eq. 5): softmax over the |V_D| domain rows only.
+
+    ``states``: ``[N, h]`` transformed hidden states at the masked positions; ``targets``:
+    ``[N]`` vocabulary ids (all in V_D); ``embeddings``: the tied ``[V, h]`` input embedding
+    matrix; ``domain_ids``: ``[|V_D|]``. Only the gathered ``[|V_D|, h]`` rows enter the
+    product, so the cost scales with |V_D| — equal to the authors' full-vocabulary logits
+    with non-domain columns set to -inf.
+    """
+    if states.shape[0] == 0:
+        return states.sum() * 0.0  # no masked domain token in this batch
+    weight = embeddings[domain_ids]
+    logits = states.float() @ weight.float().T
+    if bias is not None:
+        logits = logits + bias[domain_ids].float()
+    remapped = domain_lookup(domain_ids, embeddings.shape[0])[targets]
+    if (remapped == IGNORE).any():
+        raise ValueError("domain MLM targets must be domain tokens; mask only V_D positions")
+    return F.cross_entropy(logits, remapped)
+
+
+def full_mlm_loss(states: torch.Tensor, targets: torch.Tensor, embeddings: torch.Tensor,
+                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    """All-token MLM (the ablation): softmax over the whole vocabulary."""
+    if states.shape[0] == 0:
+        return states.sum() * 0.0
+    logits = states.float() @ embeddings.float().T
+    if bias is not None:
+        logits = logits + bias.float()
+    return F.cross_entropy(logits, targets)
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    candidates: torch.Tensor,
+    mask_token_id: int,
+    random_ids: torch.Tensor,
+    probability: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking restricted to ``candidates``.
+
+    ``input_ids``, ``candidates`` (bool: maskable positions — domain tokens, never specials or
+    padding): ``[B, T]``. Each candidate is selected with ``probability``; selected positions
+    become ``[MASK]`` (80 %), a random id drawn from ``random_ids`` (10 %) or stay (10 %).
+    Returns (masked ids, labels) with labels ``IGNORE`` wherever nothing was selected.
+    """
+    def rand(shape: torch.Size) -> torch.Tensor:
+        return torch.rand(shape, generator=generator, device="cpu").to(input_ids.device)
+
+    selected = candidates & (rand(input_ids.shape) < probability)
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
+    roll = rand(input_ids.shape)
+    masked = input_ids.clone()
+    masked[selected & (roll < 0.8)] = mask_token_id
+    to_random = selected & (roll >= 0.8) & (roll < 0.9)
+    picks = torch.randint(len(random_ids), input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
+    masked[to_random] = random_ids[picks[to_random]]
+    return masked, labels
+
+
+class JointLoss(nn.Module):
+    """``total = alpha * mlm + contrastive``; returns the components, never logs.
+
+    ``flops`` (λ_query, λ_document) makes it SPLADE's loss (:mod:`mosaic_core.modeling.sparse`): the
+    contrastive term on raw dot products at scale 1, plus ``"flops"``, the FLOPS regulariser
+    λ_q·FLOPS(queries) + λ_d·FLOPS(documents and hard negatives), in ``total``."""
+
+    def __init__(self, alpha: float = 0.3, scale: float = 50.0, symmetric: bool = False,
+                 flops: tuple[float, float] | None = None):
+        super().__init__()
+        self.alpha, self.scale, self.symmetric, self.flops = alpha, scale, symmetric, flops
+
+    def forward(self, queries: torch.Tensor, docs: torch.Tensor, mlm: torch.Tensor | None,
+                hard_negatives: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        if self.flops is None:
+            contrastive = info_nce(queries, docs, self.scale, self.symmetric, hard_negatives)
+            regulariser = None
+        else:
+            contrastive = info_nce(queries, docs, 1.0, self.symmetric, hard_negatives, normalize=False)
+            all_docs = docs if hard_negatives is None else torch.cat([docs, hard_negatives])
+            regulariser = self.flops[0] * sparse.flops(queries) + self.flops[1] * sparse.flops(all_docs)
+        mlm = mlm if mlm is not None else contrastive.new_zeros(())
+        total = self.alpha * mlm + contrastive + (0 if regulariser is None else regulariser)
+        out = {"total": total, "mlm": mlm, "contrastive": contrastive}
+        return out if regulariser is None else {**out, "flops": regulariser}

@@ -1,0 +1,377 @@
+"""Stage 1: domain tokenizer training and vocabulary expansion (docs/method.md, Stage 1).
+
+1. Train a tokenizer of the base tokenizer's own kind, normalizer and pre-tokenizer on the
+   domain corpus (``train_new_from_iterator`` keeps all three).
+2. New tokens = its tokens missing from the base vocabulary, minus specials and minus any
+   token the base tokenizer can only express with its unknown token.
+3. Insert them into the base tokenizer's *model*, so the real algorithm produces them:
+   - WordPiece (BERT family): vocabulary entries; a continuation piece ``##xyz`` is matched
+     mid-word, which an "added token" (whole-word match only) never is.
+   - BPE (RoBERTa/GPT-2 family): vocabulary entries plus merges ranked after every base
+     merge that build each new token from its base pieces (a chain whose intermediate
+     results are new tokens too, never base ones).
+   - Unigram (XLM-R/SentencePiece family): pieces whose score beats the base segmentation
+     they replace (``max(domain score, sum of base piece scores + margin)``).
+   In all three the new tokens only ever *coarsen* the base segmentation: a text whose new
+   tokenization holds no new token is tokenized exactly as before.
+4. Grow the embedding matrix; each new row is the mean of the base rows of the pieces the
+   *base* tokenizer splits the token into (``##xyz`` split as it occurs inside a word).
+   Old rows stay bit-identical; the encoder is untouched. The rows are then distilled
+   (:mod:`mosaic_core.vocab.distill`).
+5. Drop the share ``VocabConfig.prune`` (default 30 %) of the added tokens whose rows still cost
+   the most per base piece saved (:func:`mosaic_core.vocab.distill.token_costs`), settle the
+   selection again and rebuild tokenizer and rows; kept tokens keep their rows. Every share
+   from 10 % to 50 % is measured too, for the report's trade-off.
+
+The new token ids are the domain vocabulary V_D used by the domain-restricted MLM of stage 2.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from mosaic_core.config import VocabConfig
+from mosaic_core.modeling.card import facts, render
+from mosaic_core.modeling.encode import max_positions, read_st_pooling
+from mosaic_core.modeling.heads import masked_lm_with_head
+from mosaic_core.modeling.modeldir import write_card, write_domain_ids, write_vocab_report
+from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.modeling.sparse import convert_to_sparse
+from mosaic_core.vocab.distill import distill_rows, drift, token_costs, token_drift
+from mosaic_core.vocab.reduce import reduce_vocabulary
+from mosaic_core.vocab.report import VocabReport
+from mosaic_core.vocab.rows import expand_embeddings, expand_mlm_bias
+from mosaic_core.vocab.selection import (
+    LADDER,
+    REJECT_REASONS,
+    Segmenter,
+    Selection,
+    Selector,
+    fertility_of,
+    word_counts,
+)
+from mosaic_core.vocab.tokenizers import (
+    SPECS,
+    VocabSpec,
+    candidate_tokens,
+    expand_tokenizer,
+    next_free_id,
+    spec_of,
+    tokenizer_state,
+    train_domain_tokenizer,
+)
+
+log = logging.getLogger(__name__)
+
+
+DRIFT_MAX_LENGTH = 256
+PRUNE_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # the trade-off a pruned stage 1 reports
+
+
+def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[str]], counts, held, first_id: int,
+                      domain_state: dict, cfg: VocabConfig) -> tuple[Selection, list[dict], Selector]:
+    """(the selection at ``cfg.min_count`` (and ``cfg.max_tokens``), for every threshold of the
+    ladder the tokens added and the held-out fertility they give, the selector), from one climb."""
+    selector = Selector(spec, state, counts, first_id, domain_state)
+    rows, chosen = [], None
+    for step in selector.ladder(candidates, sorted({*LADDER, cfg.min_count})):
+        trial = copy.deepcopy(state)
+        spec.insert(trial["model"], step.tokens, first_id, domain_state)
+        _, fert, single = fertility_of(Segmenter(trial), held)
+        rows.append({"min_count": step.min_count, "tokens": len(step.tokens), "fertility": fert, "single": single})
+        if step.min_count == cfg.min_count:
+            chosen = selector.settle(step, cfg.min_count, cfg.max_tokens) if cfg.max_tokens else step
+    return chosen, rows, selector
+
+
+def _rejected_examples(chosen: Selection, per_reason: int = 15) -> dict[str, list[dict]]:
+    """The most-used rejected candidates of each reason (the fragments a user wants to see)."""
+    out: dict[str, list[dict]] = {}
+    for reason in REJECT_REASONS:
+        tokens = sorted((t for t, r in chosen.rejected.items() if r == reason),
+                        key=lambda t: (-chosen.rejected_uses.get(t, 0), t))
+        out[reason] = [{"token": t, "uses": chosen.rejected_uses.get(t)} for t in tokens[:per_reason]]
+    return out
+
+
+def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new_ids: list[int],
+                   piece_ids: list[list[int]]) -> bool:
+    """Keep the checkpoint's MLM head (if it ships one; says whether) for stage 2: its embeddings
+    are the expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently."""
+    mlm = masked_lm_with_head(resolve_model(base_model))
+    if mlm is None:
+        return False
+    old_bias = mlm.get_output_embeddings().bias.detach().clone()
+    expand_embeddings(mlm, new_ids, piece_ids, encoder.get_input_embeddings().weight.shape[0])
+    with torch.no_grad():
+        mlm.get_input_embeddings().weight.copy_(encoder.get_input_embeddings().weight)
+        bias = mlm.get_output_embeddings().bias
+        bias[: old_bias.shape[0]] = old_bias
+        bias[new_ids] = expand_mlm_bias(old_bias, piece_ids)[old_bias.shape[0]:]
+    mlm.save_pretrained(out_dir)
+    return True
+
+
+def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, reduce_texts: Sequence[str],
+                        progress: bool) -> VocabReport:
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
+        reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
+        report = build_expanded_model(texts, out_dir, cfg.model_copy(update={"base_model": reduced_dir}),
+                                      progress=progress)
+    report.reduction, report.base_model = asdict(reduction), cfg.base_model
+    write_vocab_report(out_dir, report.to_json(), report.to_markdown())
+    write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
+    return report
+
+
+class _Clock:
+    """Seconds per named step."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._t
+        self._t = now
+
+
+@dataclass
+class VocabPlan:
+    """What stage 1 decided before touching the model: the candidates and the selection."""
+
+    spec: VocabSpec
+    state: dict
+    domain: PreTrainedTokenizerBase
+    candidates: dict[str, list[str]]
+    skipped: int
+    first_id: int
+    chosen: Selection
+    thresholds: list[dict]
+    held: Counter
+    selector: Selector
+
+
+def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str]]:
+    """(training texts, held-out texts): every ``every``-th text, from the first, is held out."""
+    return [t for i, t in enumerate(texts) if i % every], [t for i, t in enumerate(texts) if not i % every]
+
+
+def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout: list[str], rows: int,
+                    cfg: VocabConfig, clock: _Clock) -> VocabPlan:
+    """Train the domain tokenizer on ``train`` and select its tokens by their evidence."""
+    state = tokenizer_state(base_tok)
+    spec = spec_of(state)  # before training: an unsupported kind fails at once
+    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency)
+    candidates, skipped = candidate_tokens(spec, base_tok, domain)
+    clock.lap("domain tokenizer")
+    first_id = max(next_free_id(state), rows)  # padded matrices: never reuse a row
+    held = word_counts(base_tok, heldout)
+    chosen, thresholds, selector = select_with_table(spec, state, candidates, word_counts(base_tok, train), held,
+                                                     first_id, tokenizer_state(domain), cfg)
+    clock.lap("selection")
+    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
+
+
+def _distill(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
+             cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> dict | None:
+    """The distillation's result when ``cfg.init`` asks for one (the rows of ``new_ids`` hold the
+    mean of their pieces on entry and the distilled rows on return), else ``None``."""
+    if cfg.init != "distill":
+        return None
+    fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
+                                             cfg.model_dump(mode="json")]).encode()).hexdigest()
+    result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, *texts, cfg.distill, out_dir, fingerprint,
+                          progress=progress).to_dict()
+    clock.lap("distillation")
+    return result
+
+
+def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
+                    cfg: VocabConfig) -> tuple[Selection, list[str]]:
+    """(the selection without the ``share`` of its tokens that cost the most per piece saved,
+    settled again; those tokens, costliest first). ``costs``: token → :func:`token_costs`'s
+    entry; a token with no measured cost is kept. Deterministic: ties break on the token."""
+    chosen = plan.chosen
+    ranked = sorted((t for t in chosen.tokens if t in costs), key=lambda t: (-costs[t]["cost"], t))
+    drop = ranked[: round(share * len(chosen.tokens))]
+    start = Selection({t: p for t, p in chosen.tokens.items() if t not in set(drop)},
+                      {**chosen.rejected, **dict.fromkeys(drop, "costly")},
+                      {**chosen.rejected_uses, **{t: chosen.uses[t] for t in drop}}, {}, {}, chosen.iterations,
+                      chosen.min_count)
+    return plan.selector.settle(start, cfg.min_count, cfg.max_tokens), drop
+
+
+def _pruned_model(plan: VocabPlan, selection: Selection, rows: dict[str, torch.Tensor], encoder, base_tok,
+                  out_dir: Path) -> tuple:
+    """The tokenizer of ``selection`` (saved to ``out_dir``) and the encoder's rows for it: a kept
+    token keeps its row in ``rows``; ids stay contiguous from ``plan.first_id``. Returns
+    (tokenizer, entries, new ids, piece ids)."""
+    expanded, entries = expand_tokenizer(base_tok, plan.spec, selection.tokens, plan.first_id, plan.domain, out_dir)
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
+    encoder.resize_token_embeddings(plan.first_id, mean_resizing=False)  # the base rows only
+    expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
+    with torch.no_grad():
+        weight = encoder.get_input_embeddings().weight
+        for token, i in zip(entries, new_ids, strict=True):
+            if token in rows:  # else (a BPE merge intermediate new to this chain): the mean of its pieces
+                weight[i] = rows[token]
+    return expanded, entries, new_ids, piece_ids
+
+
+def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
+           train: list[str], heldout: list[str], length: int, cfg: VocabConfig, out_dir: Path) -> tuple:
+    """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows
+    (:func:`_pruned_model`); ``plan.chosen`` becomes the pruned selection. Every share of
+    :data:`PRUNE_SHARES` is built and measured too (tokens, held-out fertility, drift), so the
+    report shows the trade-off. Returns (tokenizer, entries, new ids, piece ids, the pruning's
+    record for the report: its ``trade_off`` holds the chosen share's drift)."""
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
+                           cfg.prune_sentences, cfg.distill.seed)
+    costs = {expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
+    kept_before = len(entries)
+    fertility_before = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)[1]
+    weight = encoder.get_input_embeddings().weight
+    rows = dict(zip(entries, weight.detach()[new_ids].clone(), strict=True))
+
+    def point(share: float, tok, added: dict) -> dict:
+        return {"share": share, "tokens": len(added),
+                "fertility": fertility_of(Segmenter(tokenizer_state(tok)), plan.held)[1],
+                "drift": drift(encoder, pooling, base_tok, tok, heldout, length)}
+
+    trade_off = []
+    for share in sorted(set(PRUNE_SHARES) - {cfg.prune}):  # the chosen share last: its rows stay in the encoder
+        with tempfile.TemporaryDirectory() as tmp:
+            tok, added, *_ = _pruned_model(plan, prune_selection(plan, costs, share, cfg)[0], rows, encoder,
+                                           base_tok, Path(tmp))
+            trade_off.append(point(share, tok, added))
+    selection, dropped = prune_selection(plan, costs, cfg.prune, cfg)
+    expanded, entries, new_ids, piece_ids = _pruned_model(plan, selection, rows, encoder, base_tok, out_dir)
+    trade_off = sorted([*trade_off, point(cfg.prune, expanded, entries)], key=lambda p: p["share"])
+    record = {"share": cfg.prune, "sentences_per_token": cfg.prune_sentences, "measured": len(costs),
+              "dropped": len(dropped), "tokens_before": kept_before, "fertility_before": fertility_before,
+              "settled_out": len(plan.chosen.tokens) - len(dropped) - len(selection.tokens),
+              "costliest": [{"token": t, **costs[t]} for t in dropped[:15]],
+              "kept_max_cost": max((costs[t]["cost"] for t in selection.tokens if t in costs), default=None),
+              "trade_off": trade_off}
+    plan.chosen = selection
+    return expanded, entries, new_ids, piece_ids, record
+
+
+def _rows(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
+          piece_ids: list[list[int]], texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path,
+          progress: bool, clock: _Clock) -> tuple[tuple, dict | None, tuple]:
+    """Initialise the new rows, prune when ``cfg.prune`` says so, measure the drift. Returns
+    ((drift with mean rows, distillation result, final drift, drift per token), the pruning's
+    record or ``None``, (tokenizer, entries, new ids, piece ids) as stage 1 saves them)."""
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    if not entries:
+        return (None, None, None, None), None, (expanded, entries, new_ids, piece_ids)
+    heldout = texts[1][: cfg.distill.heldout_texts]
+    length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
+    before = drift(encoder, pooling, base_tok, expanded, heldout, length)
+    distilled = _distill(encoder, pooling, base_tok, expanded, new_ids, texts, cfg, out_dir, progress, clock)
+    pruned = None
+    if cfg.prune:
+        unpruned = drift(encoder, pooling, base_tok, expanded, heldout, length) if distilled else None
+        expanded, entries, new_ids, piece_ids, pruned = _prune(plan, encoder, pooling, base_tok, expanded, entries,
+                                                               texts[0], heldout, length, cfg, out_dir)
+        pruned["drift_before"] = unpruned
+        after = next(p["drift"] for p in pruned["trade_off"] if p["share"] == cfg.prune)
+        clock.lap("pruning")
+    else:
+        after = drift(encoder, pooling, base_tok, expanded, heldout, length) if new_ids and distilled else None
+    per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, length, plan.first_id)
+    clock.lap("drift per token")
+    return (before, distilled, after, per_token), pruned, (expanded, entries, new_ids, piece_ids)
+
+
+def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
+            rows: tuple[dict | None, ...], pruned: dict | None, clock: _Clock) -> VocabReport:
+    chosen = plan.chosen
+    words, fert_before, single_before = fertility_of(Segmenter(plan.state), plan.held)
+    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)
+    by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
+    drift_mean, distilled, drift_after, per_token = rows
+    return VocabReport(
+        base_vocab_size=len(base_tok), domain_tokenizer_size=len(plan.domain), candidates=len(plan.candidates),
+        base_model=cfg.base_model, tokens_added=len(entries), skipped_unknown=plan.skipped,
+        first_new_id=plan.first_id, kind=next(k for k, c in SPECS.items() if isinstance(plan.spec, c)),
+        min_count=cfg.min_count, max_tokens=cfg.max_tokens, rejected=dict(Counter(chosen.rejected.values())),
+        rejected_examples=_rejected_examples(chosen), thresholds=plan.thresholds,
+        no_merge_chain=len(set(chosen.tokens) - set(entries)),
+        merge_intermediates=len(set(entries) - set(chosen.tokens)),
+        examples=[{"token": t, "base_pieces": entries[t], "uses": chosen.uses[t]} for t in by_saving[:25]
+                  if t in entries],
+        heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
+        single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
+        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, token_drift=per_token,
+        pruned=pruned, seconds=clock.laps)
+
+
+def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
+                         reduce_texts: Sequence[str] | None = None, progress: bool = False) -> VocabReport:
+    """Stage 1 end to end: train the domain tokenizer, select its tokens by evidence, expand the
+    tokenizer and the embeddings, initialise the new rows (mean of pieces, then distilled),
+    save, report.
+
+    ``out_dir`` receives a model that ``SentenceTransformer(out_dir)`` and
+    ``AutoModel``/``AutoTokenizer`` load directly, plus V_D and the report
+    (:mod:`mosaic_core.modeling.modeldir`). With ``reduce_texts`` the base vocabulary is first reduced
+    to the rows those texts use (:func:`reduce_vocabulary`), then expanded.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if reduce_texts is not None:
+        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress)
+    clock = _Clock()
+    st = SentenceTransformer(resolve_model(cfg.base_model), device="cpu")
+    transformer, base_tok = st[0], st[0].tokenizer
+    encoder = transformer.auto_model
+    train, heldout = split_heldout(texts, cfg.heldout_every)
+    if not train:
+        raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
+    plan = plan_vocabulary(base_tok, train, heldout, encoder.get_input_embeddings().weight.shape[0], cfg, clock)
+    expanded, entries = expand_tokenizer(base_tok, plan.spec, plan.chosen.tokens, plan.first_id, plan.domain,
+                                         out_dir)
+    new_ids = expanded.convert_tokens_to_ids(list(entries))
+    if new_ids != list(range(plan.first_id, plan.first_id + len(entries))):
+        raise RuntimeError(f"the saved tokenizer does not give the new tokens ids {plan.first_id}… in order")
+    piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
+    expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
+    pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
+    rows, pruned, (expanded, entries, new_ids, piece_ids) = _rows(
+        plan, encoder, pooling, base_tok, expanded, entries, piece_ids, (train, heldout), cfg, out_dir, progress,
+        clock)
+    transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
+    st.save(str(out_dir))
+    if not _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids) and cfg.model_kind == "sparse":
+        log.warning("stage 1: %s ships no masked-LM head, so the sparse model's head starts random: train it "
+                    "first (the warmup preset's mlm stage) or start from a model with a head", cfg.base_model)
+    if cfg.model_kind == "sparse":
+        convert_to_sparse(out_dir)
+    write_domain_ids(out_dir, new_ids)
+    clock.lap("save")
+    report = _report(plan, base_tok, expanded, entries, cfg, rows, pruned, clock)
+    write_vocab_report(out_dir, report.to_json(), report.to_markdown())
+    write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
+    log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", report.tokens_added,
+             report.candidates, report.fertility_before, report.fertility_after)
+    return report

@@ -1,0 +1,477 @@
+"""Stage 1, step 4b: learn the new embedding rows by distillation (token distillation, Dobler et
+al. 2025, "AweDist"), so that vocabulary expansion costs (almost) nothing.
+
+The mean of a token's base pieces is only a starting point: the encoder was trained on the
+piece sequence, and one averaged vector in its place moves every embedding of a text that
+holds the token. Here only the new rows train (the encoder, every old row and everything else
+stay bit-identical) so that the expanded model, reading domain text through the new
+tokenizer, reproduces what the base model produces on the *same* text through the base
+tokenizer. The base model needs no copy: old rows are untouched, so the expanded model fed
+base token ids *is* the base model.
+
+Targets (``DistillConfig.target``):
+
+* ``pooled`` — the sentence embedding the model is used for (its own pooling, normalised):
+  loss ``1 − cos``;
+* ``tokens`` — the last hidden state at every position: a new token's target is the mean of
+  the base states of the pieces it replaces (aligned by character offsets), every other
+  position its own base state (AweDist's objective for an encoder); loss: mean squared error;
+* ``both`` — their sum.
+
+Contexts (``DistillConfig.contexts``): ``texts`` trains on the corpus texts as they come, so
+a token gets as many updates as texts it appears in; ``sentences`` splits the texts into
+sentences and draws, per new token, up to ``per_token`` sentences that hold it (token
+distillation's per-token snippets), so a drug name used 60 times is seen about as often as a
+word used 5,000 times.
+
+Held-out texts decide when to stop: every ``eval_every`` steps the held-out loss is measured,
+the best rows are kept, and training stops after ``patience`` evaluations without a gain.
+Resumable: the rows, the optimizer, the step and the best rows so far are checkpointed
+(tensors and plain values, loaded with ``weights_only=True``: nothing in a checkpoint runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from mosaic_core.config import DistillConfig
+from mosaic_core.modeling.encode import Pooling, pool, resolve_precision
+
+log = logging.getLogger(__name__)
+CHECKPOINT = "distill-state.pt"
+
+
+@dataclass
+class Window:
+    """One training text cut to at most ``max_length`` base tokens, in both tokenizations.
+
+    ``align[j]`` is the new-token position that base position ``j`` falls in."""
+
+    base_ids: list[int]
+    new_ids: list[int]
+    align: list[int]
+
+
+def _spans(encoding) -> tuple[np.ndarray, np.ndarray]:
+    """(start offsets of the non-special tokens, indices of the special ones) of one encoding."""
+    special = np.asarray(encoding.special_tokens_mask, dtype=bool)
+    starts = np.asarray([s for s, _ in encoding.offsets], dtype=np.int64)
+    return starts, special
+
+
+def align_positions(base_enc, new_enc) -> list[int] | None:
+    """For each base position, the new position covering it: a base piece belongs to the last
+    new token starting at or before it; special tokens pair up in order. ``None`` if the two
+    tokenizations disagree on their special tokens."""
+    b_starts, b_special = _spans(base_enc)
+    n_starts, n_special = _spans(new_enc)
+    if b_special.sum() != n_special.sum():
+        return None
+    n_plain = np.flatnonzero(~n_special)
+    align = np.empty(len(b_starts), dtype=np.int64)
+    align[b_special] = np.flatnonzero(n_special)
+    if len(n_plain):
+        where = np.searchsorted(n_starts[n_plain], b_starts[~b_special], side="right") - 1
+        align[~b_special] = n_plain[np.clip(where, 0, len(n_plain) - 1)]
+    elif (~b_special).any():
+        return None
+    return align.tolist()
+
+
+def _plain_backend(tokenizer):
+    """A copy of the tokenizer's Rust backend with no truncation or padding (calling the
+    Python tokenizer leaves its last settings on the shared backend)."""
+    backend = copy.deepcopy(tokenizer.backend_tokenizer)
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def make_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first_new_id: int) -> list[Window]:
+    """Windows of the texts that hold at least one new token (the others cannot teach a new row).
+
+    A text is cut after its ``max_length``-th base token (specials included), at a character
+    position, so both tokenizations read exactly the same characters."""
+    cut = base_tok(list(texts), truncation=True, max_length=max_length, return_offsets_mapping=True,
+                   return_special_tokens_mask=True)
+    pieces = []
+    for text, offsets, special in zip(texts, cut["offset_mapping"], cut["special_tokens_mask"], strict=True):
+        ends = [e for (_, e), s in zip(offsets, special, strict=True) if not s]
+        pieces.append(text[: ends[-1]] if ends else "")
+    base_enc = _plain_backend(base_tok).encode_batch(pieces)
+    new_enc = _plain_backend(new_tok).encode_batch(pieces)
+    windows = []
+    for b, n in zip(base_enc, new_enc, strict=True):
+        if not n.ids or max(n.ids) < first_new_id or len(b.ids) > max_length:
+            continue
+        align = align_positions(b, n)
+        if align is not None:
+            windows.append(Window(b.ids, n.ids, align))
+    return windows
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+
+
+def split_sentences(texts: Sequence[str]) -> list[str]:
+    """The texts split after a sentence's final ``.``, ``!`` or ``?`` (when the next one starts
+    with a capital, a digit or a bracket). An abbreviation may split a sentence in two: both
+    halves are still contexts of the words they hold."""
+    return [s for text in texts for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def _draw(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[tuple[Window, list[int]]]:
+    """(window, the new tokens it was drawn for): in a seeded random order, a window is kept
+    while one of its new tokens has fewer than ``k`` kept windows."""
+    seen: Counter[int] = Counter()
+    kept = []
+    for i in _order(len(windows), seed, 0):
+        tokens = sorted({t for t in windows[i].new_ids if t >= first_new_id})
+        owed = [t for t in tokens if seen[t] < k]
+        if owed:
+            kept.append((windows[i], owed))
+            seen.update(tokens)
+    return kept
+
+
+def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
+    """Windows drawn so each new token is in up to ``k`` of them (:func:`_draw`'s windows)."""
+    return [w for w, _ in _draw(windows, first_new_id, k, seed)]
+
+
+def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+def collate(windows: list[Window], pad_id: int) -> dict[str, torch.Tensor]:
+    """Padded base and new ids, their masks, and ``assign [B, T_new, T_base]``: row j averages
+    the base positions that new position j covers."""
+    base_ids, base_mask = _pad([w.base_ids for w in windows], pad_id)
+    new_ids, new_mask = _pad([w.new_ids for w in windows], pad_id)
+    assign = torch.zeros(len(windows), new_ids.shape[1], base_ids.shape[1])
+    for i, w in enumerate(windows):
+        assign[i, torch.tensor(w.align), torch.arange(len(w.align))] = 1.0
+    assign = assign / assign.sum(-1, keepdim=True).clamp(min=1.0)
+    return {"base_ids": base_ids, "base_mask": base_mask, "new_ids": new_ids, "new_mask": new_mask,
+            "assign": assign}
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor],
+                 pooling: Pooling, target: str) -> torch.Tensor:
+    """The distillation loss from last hidden states ``student [B, T_new, h]`` (new tokenization)
+    and ``teacher [B, T_base, h]`` (base tokenization) of the same texts."""
+    loss = student.new_zeros((), dtype=torch.float32)
+    if target in ("pooled", "both"):
+        s = F.normalize(pool(student, batch["new_mask"], pooling), dim=-1)
+        t = F.normalize(pool(teacher, batch["base_mask"], pooling), dim=-1)
+        loss = loss + (1 - (s * t).sum(-1)).mean()
+    if target in ("tokens", "both"):
+        aligned = torch.bmm(batch["assign"], teacher.float())
+        mask = batch["new_mask"].bool()
+        loss = loss + F.mse_loss(student.float()[mask], aligned[mask])
+    return loss
+
+
+@dataclass
+class DistillResult:
+    steps: int
+    best_step: int
+    windows: int
+    heldout_windows: int
+    heldout_loss_before: float
+    heldout_loss_after: float
+    stop_reason: str
+    seconds: float
+    evals: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RowDistiller:
+    """Trains the rows ``new_ids`` of ``encoder``'s input embeddings (everything else frozen)."""
+
+    def __init__(self, encoder: torch.nn.Module, pooling: Pooling, new_ids: Sequence[int], pad_id: int,
+                 cfg: DistillConfig, device: torch.device):
+        self.encoder, self.pooling, self.cfg, self.device, self.pad_id = encoder, pooling, cfg, device, pad_id
+        self.dtype = resolve_precision(cfg.precision, device)
+        for p in encoder.parameters():
+            p.requires_grad_(False)
+        self.weight = encoder.get_input_embeddings().weight
+        self.weight.requires_grad_(True)
+        self.rows = torch.as_tensor(list(new_ids), dtype=torch.long, device=self.weight.device)
+        keep = torch.zeros(self.weight.shape[0], 1, device=self.weight.device)
+        keep[self.rows] = 1.0
+        self._hook = self.weight.register_hook(lambda g: g * keep)  # old rows never see a gradient
+        # Adam without weight decay: a row with zero gradient gets exactly zero update.
+        self.optimizer = torch.optim.Adam([self.weight], lr=cfg.lr)
+
+    def close(self) -> None:
+        self._hook.remove()
+        self.weight.requires_grad_(False)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None)
+
+    def _states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with self._autocast():
+            with torch.no_grad():
+                teacher = self._states(batch["base_ids"], batch["base_mask"])
+            student = self._states(batch["new_ids"], batch["new_mask"])
+        return distill_loss(student, teacher, batch, self.pooling, self.cfg.target)
+
+    @torch.no_grad()
+    def heldout_loss(self, batches: list[dict[str, torch.Tensor]]) -> float:
+        self.encoder.eval()
+        total = sum(float(self.loss(b)) * len(b["new_ids"]) for b in batches)
+        return total / max(sum(len(b["new_ids"]) for b in batches), 1)
+
+    def lr_at(self, step: int, total: int) -> float:
+        """Linear warm-up over the first 5 % of ``total`` steps, then constant (the stop step is unknown)."""
+        warm = max(1, math.ceil(0.05 * total))
+        return self.cfg.lr * min(1.0, (step + 1) / warm)
+
+    def step(self, batch: dict[str, torch.Tensor], step: int, total: int) -> torch.Tensor:
+        self.encoder.eval()  # no dropout: the target is the deterministic base output
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(step, total)
+        loss = self.loss(batch)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def snapshot(self) -> torch.Tensor:
+        return self.weight.detach()[self.rows].clone()
+
+    def restore(self, rows: torch.Tensor) -> None:
+        with torch.no_grad():
+            self.weight[self.rows] = rows.to(self.weight.device, self.weight.dtype)
+
+
+def _order(n: int, seed: int, epoch: int) -> list[int]:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+
+
+@dataclass
+class DistillState:
+    """Where a distillation is: step, the held-out losses so far and the best rows. Saved with
+    the rows and the optimizer; loaded with ``weights_only=True`` (tensors and plain values)."""
+
+    before: float
+    best_loss: float
+    best_rows: torch.Tensor
+    step: int = 0
+    best_step: int = 0
+    bad_evals: int = 0
+    evals: list[dict] = field(default_factory=list)
+
+    def save(self, path: Path, distiller: RowDistiller, fingerprint: str) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
+                    "optimizer": distiller.optimizer.state_dict(), "best_rows": self.best_rows.cpu(),
+                    **{k: v for k, v in asdict(self).items() if k != "best_rows"}}, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: Path, distiller: RowDistiller, fingerprint: str) -> DistillState | None:
+        """The saved state (rows and optimizer restored into ``distiller``) if it was written for
+        ``fingerprint``, else ``None``."""
+        saved = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
+        if saved is None or saved["fingerprint"] != fingerprint:
+            return None
+        distiller.restore(saved["rows"])
+        distiller.optimizer.load_state_dict(saved["optimizer"])
+        return cls(**{f: saved[f] for f in ("before", "best_loss", "best_rows", "step", "best_step", "bad_evals",
+                                            "evals")})
+
+    def record(self, step: int, loss: float, distiller: RowDistiller) -> None:
+        """A held-out evaluation: keep the rows when they are the best so far."""
+        self.evals.append({"step": step, "heldout_loss": loss})
+        if loss < self.best_loss:
+            self.best_loss, self.best_step, self.best_rows, self.bad_evals = loss, step, distiller.snapshot(), 0
+        else:
+            self.bad_evals += 1
+
+
+def _windows(train_texts, heldout_texts, base_tok, new_tok, first: int, cfg: DistillConfig):
+    sentences = cfg.contexts == "sentences"
+    train = make_windows(split_sentences(train_texts) if sentences else train_texts, base_tok, new_tok,
+                         cfg.max_length, first)
+    if sentences:
+        train = per_token_windows(train, first, cfg.per_token, cfg.seed)
+    train = train[: cfg.max_texts]
+    heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
+    if not train or not heldout:
+        raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "
+                         "held-out windows; use init='mean' for so small a corpus")
+    return train, heldout
+
+
+def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, new_ids: Sequence[int],
+                 train_texts: Sequence[str], heldout_texts: Sequence[str], cfg: DistillConfig,
+                 work_dir: Path, fingerprint: str = "", device: torch.device | None = None,
+                 progress: bool = True) -> DistillResult:
+    """Distil the rows ``new_ids`` of ``encoder`` (see the module docstring); the encoder ends
+    with the best rows found. ``work_dir`` holds the checkpoint of an interrupted run, which a
+    rerun with the same ``fingerprint`` (the caller's digest of the tokens and config) resumes
+    from; it is removed when distillation ends."""
+    t0 = time.perf_counter()
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train, heldout = _windows(train_texts, heldout_texts, base_tok, new_tok, min(new_ids), cfg)
+    pad = base_tok.pad_token_id if base_tok.pad_token_id is not None else 0
+    held_batches = [collate(heldout[i: i + cfg.batch_size], pad) for i in range(0, len(heldout), cfg.batch_size)]
+    distiller = RowDistiller(encoder.to(device), pooling, new_ids, pad, cfg, device)
+    per_epoch = max(1, len(train) // cfg.batch_size)
+    total = min(cfg.max_steps or cfg.epochs * per_epoch, cfg.epochs * per_epoch)
+    ckpt = Path(work_dir) / CHECKPOINT
+    state = DistillState.load(ckpt, distiller, fingerprint)
+    if state is None:
+        before = distiller.heldout_loss(held_batches)
+        state = DistillState(before, before, distiller.snapshot())
+    log.info("distillation: %d training windows, %d held out, step %d of %d; held-out loss %.5f with "
+             "mean-of-pieces rows", len(train), len(heldout), state.step, total, state.before)
+    stop_reason, window = "steps", []
+    bar = tqdm(total=total, initial=state.step, desc="stage 1 distillation", unit="step",
+               disable=None if progress else True, dynamic_ncols=True)  # None: on a terminal only
+    while state.step < total:
+        epoch, i = divmod(state.step, per_epoch)
+        idx = _order(len(train), cfg.seed, epoch)[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+        window.append(distiller.step(collate([train[j] for j in idx], pad), state.step, total))
+        state.step += 1
+        bar.update(1)
+        if state.step % cfg.eval_every == 0 or state.step == total:
+            state.record(state.step, distiller.heldout_loss(held_batches), distiller)
+            train_loss, window = float(torch.stack(window).mean()), []
+            bar.set_postfix(train=f"{train_loss:.5f}", heldout=f"{state.evals[-1]['heldout_loss']:.5f}", refresh=False)
+            log.info("distillation step %d/%d: train loss %.5f, held-out %.5f (best %.5f at step %d)", state.step,
+                     total, train_loss, state.evals[-1]["heldout_loss"], state.best_loss, state.best_step)
+            if state.bad_evals >= cfg.patience:
+                stop_reason = "patience"
+                break
+            state.save(ckpt, distiller, fingerprint)
+    bar.close()
+    distiller.restore(state.best_rows)
+    distiller.close()
+    encoder.to("cpu")
+    ckpt.unlink(missing_ok=True)
+    log.info("distillation: held-out loss %.5f -> %.5f (best at step %d; stopped: %s)", state.before,
+             state.best_loss, state.best_step, stop_reason)
+    return DistillResult(state.step, state.best_step, len(train), len(heldout), state.before, state.best_loss,
+                         stop_reason, time.perf_counter() - t0, state.evals)
+
+
+@torch.no_grad()
+def drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: Sequence[str], max_length: int,
+          batch_size: int = 32) -> dict[str, float]:
+    """cos(base embedding, expanded embedding) of each text — the base tokenization through the
+    same encoder is the base model — summarised as mean and 5th percentile over ``texts``, and
+    the share of texts that hold a new token (the others are exactly 1)."""
+    encoder.eval()
+    cos, changed = [], 0
+    for lo in range(0, len(texts), batch_size):
+        chunk = list(texts[lo: lo + batch_size])
+        embs, ids = [], []
+        for tok in (base_tok, new_tok):
+            enc = tok(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            hidden = encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+            embs.append(F.normalize(pool(hidden, enc["attention_mask"], pooling), dim=-1))
+            ids.append([row[m.bool()].tolist() for row, m in zip(enc["input_ids"], enc["attention_mask"], strict=True)])
+        cos.append((embs[0] * embs[1]).sum(-1))
+        changed += sum(a != b for a, b in zip(*ids, strict=True))
+    values = torch.cat(cos).double().numpy() if cos else np.ones(1)
+    return {"texts": len(texts), "mean_cos": float(values.mean()), "p5_cos": float(np.percentile(values, 5)),
+            "changed": changed / max(len(texts), 1)}
+
+
+def reverted(window: Window, token: int) -> list[int]:
+    """``window``'s new ids with every occurrence of ``token`` read as its base pieces again."""
+    covers: dict[int, list[int]] = {}
+    for j, p in enumerate(window.align):
+        covers.setdefault(p, []).append(window.base_ids[j])
+    return [i for p, t in enumerate(window.new_ids) for i in (covers.get(p, []) if t == token else [t])]
+
+
+@torch.no_grad()
+def _rises(encoder: torch.nn.Module, pooling: Pooling, windows: list[tuple[Window, list[int]]], pad: int,
+           batch_size: int) -> dict[int, list[tuple[float, int]]]:
+    """Per new token: (rise of cos(base, expanded) when that token alone is read as its base
+    pieces again, base pieces it saves there) on each window it is listed for."""
+    rows, owners = [], []  # per window: base ids, new ids, then one reverted sequence per token
+    for w, (window, tokens) in enumerate(windows):
+        rows += [window.base_ids, window.new_ids, *(reverted(window, t) for t in tokens)]
+        owners += [(w, None), (w, -1), *((w, t) for t in tokens)]
+    emb = torch.zeros(len(rows), encoder.config.hidden_size)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))  # similar lengths: little padding
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo: lo + batch_size]
+        ids, mask = _pad([rows[i] for i in idx], pad)
+        hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        emb[idx] = F.normalize(pool(hidden, mask, pooling).float(), dim=-1)
+    out: dict[int, list[tuple[float, int]]] = {}
+    base = full = None
+    for k, (w, t) in enumerate(owners):
+        if t is None:
+            base = emb[k]
+        elif t == -1:
+            full = float(base @ emb[k])
+        else:
+            out.setdefault(t, []).append((float(base @ emb[k]) - full, len(rows[k]) - len(windows[w][0].new_ids)))
+    return out
+
+
+def token_drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: Sequence[str],
+                max_length: int, first_new_id: int, batch_size: int = 32) -> list[dict]:
+    """Which new tokens still move embeddings: on each text that holds new tokens (cut so both
+    tokenizations read the same characters), the rise of cos(base embedding, expanded
+    embedding) when one new token alone is read as its base pieces again. Per token: the texts
+    holding it, the mean and the total rise; largest total first. A token whose row reproduces
+    its pieces well rises by about 0; a negative rise means the row does better than its pieces."""
+    encoder.eval()
+    windows = [(w, sorted({t for t in w.new_ids if t >= first_new_id}))
+               for w in make_windows(texts, base_tok, new_tok, max_length, first_new_id)]
+    rises = _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size)
+    out = [{"token": new_tok.convert_ids_to_tokens(t), "texts": len(r), "mean_rise": sum(x for x, _ in r) / len(r),
+            "total_rise": sum(x for x, _ in r)} for t, r in rises.items()]
+    return sorted(out, key=lambda d: (-d["total_rise"], d["token"]))
+
+
+def token_costs(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: Sequence[str],
+                max_length: int, first_new_id: int, k: int, seed: int = 0, batch_size: int = 32) -> dict[int, dict]:
+    """What each new token still costs, per base piece it saves: on up to ``k`` sentences of
+    ``texts`` that hold it (drawn as distillation draws them), the mean rise of cos(base
+    embedding, expanded embedding) when the token alone is read as its base pieces again,
+    divided by the mean number of pieces it saves there. Token id → ``cost``, ``rise``,
+    ``saved``, ``sentences``. Tokens in no sentence are absent."""
+    encoder.eval()
+    windows = _draw(make_windows(split_sentences(texts), base_tok, new_tok, max_length, first_new_id),
+                    first_new_id, k, seed)
+    out = {}
+    for t, r in _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size).items():
+        rise, saved = sum(x for x, _ in r) / len(r), sum(n for _, n in r) / len(r)
+        out[t] = {"cost": rise / max(saved, 1.0), "rise": rise, "saved": saved, "sentences": len(r)}
+    return out

@@ -1,0 +1,89 @@
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["ingest"], ["stats"], ["run"], ["filter"], ["vocab"], ["pairs"], ["pairs", "islamic"],
+                ["train"], ["eval"], ["history"], ["publish"], ["diagnose"], ["probe"]]
+)
+def test_help_on_every_subcommand(command):
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output
+
+
+def test_ingest_help_explains_sources():
+    out = runner.invoke(app, ["ingest", "--help"]).output
+    assert "--source" in out and "updatefiles" in out and "--data-root" in out
+
+
+def test_stats_on_missing_root_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["stats", "--data-root", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "mosaic ingest" in result.output
+
+
+def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_path):
+    import yaml
+
+    from mosaic_core.config import PipelineConfig
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = PipelineConfig.load(yaml.safe_load((root / "docs" / "pipeline.example.yaml").read_text()))
+    assert [s.name for s in cfg.train.stages] == ["joint", "contrastive"] and cfg.vocab.base_model == cfg.base_model
+    multistage = PipelineConfig.load(yaml.safe_load((root / "docs" / "multistage.example.yaml").read_text()))
+    general, joint, _ = multistage.train.stages
+    assert general.pairs and multistage.train.columns_for(general) == ("query", "positive")
+    assert multistage.train.columns_for(joint) == ("query", "document")  # the run's pairs and columns
+    sparse = PipelineConfig.load(yaml.safe_load((root / "docs" / "sparse.example.yaml").read_text()))
+    assert sparse.vocab.model_kind == "sparse" and {s.model_kind for s in sparse.train.stages} == {"sparse"}
+    dense_stage = {"base_model": "m", "model_kind": "sparse", "vocab": {"model_kind": "dense"}}
+    with pytest.raises(ValueError, match="set model_kind only"):
+        PipelineConfig.model_validate(dense_stage)
+    islamic = PipelineConfig.load(yaml.safe_load((root / "docs" / "islamic.example.yaml").read_text()))
+    assert islamic.islamic.threshold == 0.5 and islamic.gate_tasks() == ["heldout", "verses"]
+    assert [t.kind for t in islamic.eval_specs("/data")] == ["heldout", "verses"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  stages:\n    - {name: joint, kind: jiont}\n")
+    result = CliRunner().invoke(app, ["run", "--config", str(bad), "-d", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "invalid pipeline config" in result.output and "kind" in result.output
+    assert not (tmp_path / "r").exists()  # validated before any work
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_diagnose_and_probe_commands(tmp_path):
+    import json
+
+    from builders import tiny_bert
+
+    model = str(tiny_bert(tmp_path / "m", mlm_head=True))
+    result = runner.invoke(app, ["diagnose", "patient", "--model", model, "--text", "The patient was in a cell.",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    diagnosis = json.loads(result.stdout)
+    assert diagnosis["single_token"] and len(diagnosis["occurrences"]) == 1 and diagnosis["median_rank"] >= 1
+    result = runner.invoke(app, ["probe", "--model", f"tiny={model}", "--out", str(tmp_path / "probe"),
+                                 "--word", "zentrolase"])
+    assert result.exit_code == 0, result.output
+    assert "zentrolase" in result.output and "tiny" in result.output
+    assert (tmp_path / "probe" / "adaptation_pairs.jsonl").read_text().count("zentrolase") >= 24
+    scores = json.loads((tmp_path / "probe" / "report" / "results.json").read_text())
+    assert 0 <= scores["scores"]["tiny"][0]["value"] <= 1
+    bad = runner.invoke(app, ["probe", "--model", model, "--out", str(tmp_path / "p2"), "--word", "x-1"])
+    assert bad.exit_code == 2 and "letters only" in bad.output
+
+
+def test_one_rebuild_schedule_for_serve_and_the_work_pool_file():
+    import yaml
+
+    from deployments import DEFAULT_CRON
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml").read_text())
+    assert [s["cron"] for d in spec["deployments"] for s in d["schedules"]] == [DEFAULT_CRON]
+    assert DEFAULT_CRON in runner.invoke(app, ["serve", "--help"]).output
