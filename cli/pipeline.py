@@ -55,6 +55,18 @@ def serve(
     prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
 
 
+def _own_pairs_config(path: str, query_column: str, document_column: str, domain: str | None,
+                      base_model: str | None):
+    """``mosaic run --pairs``: the pipeline's defaults around a ``pairs:`` source (the path
+    relative to the working directory); ``base_model`` also filters the pairs."""
+    from mosaic_core.config import PipelineConfig
+
+    models = {"base_model": base_model, "filter": {"model": base_model}} if base_model else {}
+    return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
+                                "pairs": {"path": str(Path(path).expanduser().resolve()),
+                                          "query_column": query_column, "document_column": document_column}})
+
+
 @app.command()
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
@@ -63,6 +75,15 @@ def run(
         "eval_pool, gate; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
     seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
                                       "and texts).")] = 0,
+    pairs: Annotated[Optional[str], typer.Option(
+        help="Your own domain instead of a config: a pairs file, folder or glob (JSONL/JSON, Parquet, CSV/TSV, "
+        "compressed or not; or a Hugging Face save_to_disk folder), with the defaults for everything else.")] = None,
+    query_column: Annotated[str, typer.Option(help="With --pairs: the query column.")] = "query",
+    document_column: Annotated[str, typer.Option(help="With --pairs: the document column.")] = "document",
+    domain: Annotated[Optional[str], typer.Option(help="With --pairs: the domain's name, for the model cards.")] = None,
+    base_model: Annotated[Optional[str], typer.Option(
+        help="With --pairs: the model to adapt, also the filter's model (default thenlper/gte-base; offline: "
+        "offline:all-MiniLM-L6-v2).")] = None,
     wait: Wait = None,
 ) -> None:
     """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation → publish gate.
@@ -77,9 +98,13 @@ def run(
     from flows.demo import demo_flow
     from flows.ingest import IngestFailed
     from flows.pipeline import mosaic_pipeline
+    from storage.own_pairs import check_own_pairs
 
     root = Path(_folder(data_root))
-    cfg = _pipeline_config(config) if config else None
+    if pairs and config:
+        raise InputProblem("--pairs and --config: give one (a pairs: section in the config does what --pairs does)")
+    cfg = _pipeline_config(config) if config else _own_pairs_config(pairs, query_column, document_column, domain,
+                                                                      base_model) if pairs else None
     if cfg is not None:
         _model(cfg.base_model)
         _model(cfg.filter.model)
@@ -87,6 +112,8 @@ def run(
             if not Path(path).is_file():
                 raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
                                    "directory you run mosaic from)")
+        if cfg.pairs is not None:
+            check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
     try:
         result = (_run(mosaic_pipeline, cfg, str(root), writes=root, wait=wait) if cfg is not None
                   else _run(demo_flow, str(root), seed, writes=root, wait=wait))

@@ -19,6 +19,7 @@ from flows.corpora import islamic_pairs_flow
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
 from flows.ingest import ingest_flow
+from flows.own_pairs import own_pairs_flow
 from flows.runners import task_runner
 from flows.train import train_flow
 from flows.vocab import vocab_flow
@@ -42,8 +43,9 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
                                        cfg.islamic.filter_config(cfg.filter.model), data_root)
             ingested, filtered = [], [pairs["manifest"]]
         else:
-            ingested = ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-                cfg.ingest, data_root)
+            ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
+                        ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+                            cfg.ingest, data_root))
             filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
                 data_root, cfg.filter, data_root)
         stage1 = str(root / "models" / "stage1")
@@ -63,7 +65,8 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
                                       cfg.gate.tolerance, data_root, cfg.gate.publish)
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
-            funnel=funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs),
+            funnel=funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
+                          "pubmed" if cfg.pairs is None else "pairs"),
             task_words={t.name: t.description for t in tasks if t.description},
             metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()}),
             str(root / "report"))

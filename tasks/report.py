@@ -18,18 +18,27 @@ def _reasons(counts: Counter) -> str:
     return ", ".join(f"{reason} {n:,}" for reason, n in counts.most_common() if n) or "–"
 
 
+FUNNEL_STEPS = {
+    "pubmed": ("citations parsed", "files", "pairs after the ingest filters",
+               "latest pairs (revisions, deletions applied)"),
+    "pairs": ("rows read", "partitions", "pairs after the length and language filters", "pairs to filter"),
+}
+"""The funnel's first three steps in the words of the source: PubMed's citations, or a user's pairs."""
+
+
 def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | None, validation: int,
-           test: int) -> list[tuple[str, int, str]]:
+           test: int, source: str = "pubmed") -> list[tuple[str, int, str]]:
     """(step, rows after it, what it dropped) from the ingest and filter manifests and the first
     stage's result."""
+    read, parts, after_rules, latest = FUNNEL_STEPS[source]
     rows = []
     if ingested:
         dropped = sum((Counter(m.dropped) for m in ingested), Counter())
-        rows.append(("citations parsed", sum(m.records_in for m in ingested), f"{len(ingested)} files"))
-        rows.append(("pairs after the ingest filters", sum(m.kept for m in ingested), _reasons(dropped)))
+        rows.append((read, sum(m.records_in for m in ingested), f"{len(ingested)} {parts}"))
+        rows.append((after_rules, sum(m.kept for m in ingested), _reasons(dropped)))
     if filtered:
         dropped = sum((Counter(m.dropped) for m in filtered), Counter())
-        rows.append(("latest pairs (revisions, deletions applied)", sum(m.rows_out for m in filtered), ""))
+        rows.append((latest, sum(m.rows_out for m in filtered), ""))
         rows.append(("kept by the filter", sum(m.kept for m in filtered), _reasons(dropped)))
     if stage:
         rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"))

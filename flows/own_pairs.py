@@ -1,0 +1,26 @@
+"""The own-pairs flow: a user's (query, document) pairs → partitions of the data root, as the
+ingest flow makes of a PubMed snapshot; the rest of the pipeline reads them the same way."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+
+from mosaic_core.config import OwnPairsConfig
+from storage.lock import root_lock
+from storage.manifest import Manifest
+from tasks.ingest import refresh_catalog_task
+from tasks.own_pairs import import_pairs_for
+
+
+@flow(name="own-pairs")
+def own_pairs_flow(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
+    """Bring the pairs of ``cfg.path`` into data root ``root`` (from cache when unchanged)."""
+    with root_lock(root, "own-pairs flow"):
+        manifests = import_pairs_for(cfg, root)(cfg, root)
+        refresh_catalog_task(root)
+        create_table_artifact(
+            key="own-pairs", description=f"Pairs of {cfg.path}: kept and dropped by reason",
+            table=[{"partition": m.partition, "rows": m.records_in, "kept": m.kept,
+                    **{k: v for k, v in m.dropped.items() if v}} for m in manifests])
+        return manifests

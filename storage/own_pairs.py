@@ -1,0 +1,178 @@
+"""A user's own (query, document) pairs, read in batches from whatever they keep them in.
+
+A source is a file, a folder or a glob of JSONL/JSON, Parquet or CSV/TSV files (compressed or
+not), or a Hugging Face dataset folder written by ``save_to_disk`` (its Arrow files). Every
+reader streams record batches — a Parquet row group, a CSV block, a bounded number of JSONL
+lines — so a file of ten million rows is never held whole. What is wrong with a source is a
+:class:`~storage.pairs_io.CorpusError` that names the file and what to do, raised by
+:func:`check_own_pairs` before any work starts.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from storage.pairs_io import CorpusError, _jsonl_lines
+
+SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
+COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+BATCH_ROWS = 10_000
+
+
+def _kind(path: Path) -> str | None:
+    """``jsonl``, ``parquet``, ``csv``, ``tsv`` or ``arrow`` (a dataset's Arrow file); None: not a pairs file."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes = suffixes[:-1]
+    last = suffixes[-1] if suffixes else ""
+    if last == ".arrow":
+        return "arrow"
+    if last in SUFFIXES:
+        return {".json": "jsonl"}.get(last, last[1:])
+    return None
+
+
+def source_files(source: str, base: Path | None = None) -> list[Path]:
+    """The files of ``source`` (a file, folder, glob or ``save_to_disk`` folder; relative to
+    ``base`` when given), sorted; a CorpusError when there are none."""
+    path = Path(source).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p) and not p.name.startswith("."))
+        if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():  # save_to_disk
+            files = [p for p in files if _kind(p) == "arrow"]
+    elif globlib.has_magic(str(path)):
+        files = sorted(Path(p) for p in globlib.glob(str(path), recursive=True) if _kind(Path(p)))
+    else:
+        where = f" (paths are relative to {base})" if base is not None and not Path(source).is_absolute() else ""
+        raise CorpusError(f"pairs.path {source!r}: no such file, folder or glob{where}")
+    if not files:
+        raise CorpusError(f"pairs.path {source!r}: holds no pairs file (.jsonl, .json, .parquet, .csv, .tsv, "
+                          "optionally compressed, or a Hugging Face save_to_disk folder)")
+    return [f.resolve() for f in files]
+
+
+def content_hash(files: list[Path]) -> str:
+    """A digest of the files' names and bytes, read in blocks: what caching compares."""
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[dict]]:
+    kind = _kind(path)
+    try:
+        if kind == "parquet":
+            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(columns))
+        elif kind in ("csv", "tsv"):
+            opts = pacsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True)
+            conv = pacsv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns})
+            with pacsv.open_csv(pa.input_stream(str(path), compression="detect"), parse_options=opts,
+                                convert_options=conv) as reader:
+                yield from reader
+        elif kind == "arrow":
+            with pa.memory_map(str(path)) as source:
+                try:
+                    reader = pa.ipc.open_stream(source)
+                except pa.ArrowInvalid:
+                    reader = pa.ipc.open_file(source)
+                    yield from (reader.get_batch(i).select(list(columns)) for i in range(reader.num_record_batches))
+                    return
+                yield from (b.select(list(columns)) for b in reader)
+        else:
+            yield from _json_batches(path, bad)
+    except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as exc:
+        raise CorpusError(f"{path}: cannot be read as {kind}: {exc}") from exc
+
+
+def _json_batches(path: Path, bad: dict[str, int]) -> Iterator[list[dict]]:
+    with open(path, "rb") as fh:
+        start = fh.read(64).lstrip()
+    if start.startswith(b"["):  # a JSON array, not JSON lines: read whole (only small files are kept so)
+        records = json.loads(path.read_text(encoding="utf-8"))
+        if unusable := sum(not isinstance(r, dict) for r in records):
+            bad["invalid_json"] = bad.get("invalid_json", 0) + unusable
+        yield [r for r in records if isinstance(r, dict)]
+        return
+    batch: list[dict] = []
+    for line in _jsonl_lines(path, bad):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            bad["invalid_json"] = bad.get("invalid_json", 0) + 1
+            continue
+        batch.append(record)
+        if len(batch) >= BATCH_ROWS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def iter_pairs(files: list[Path], query_column: str, document_column: str,
+               bad: dict[str, int]) -> Iterator[list[tuple[object, object]]]:
+    """Batches of (query, document) cells of every file in order; rows a reader could not parse
+    are counted in ``bad`` (``invalid_json``, ``too_long``, ``not_utf8``)."""
+    columns = (query_column, document_column)
+    for path in files:
+        for batch in _batches(path, columns, bad):
+            if isinstance(batch, list):
+                yield [(r.get(query_column), r.get(document_column)) for r in batch]
+            else:
+                yield list(zip(*(batch.column(c).to_pylist() for c in columns), strict=True))
+
+
+def _columns(path: Path) -> set[str]:
+    kind = _kind(path)
+    if kind == "parquet":
+        return set(pq.read_schema(path).names)
+    if kind in ("csv", "tsv"):
+        opts = pacsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True)
+        with pacsv.open_csv(pa.input_stream(str(path), compression="detect"), parse_options=opts) as reader:
+            return set(reader.schema.names)
+    if kind == "arrow":
+        with pa.memory_map(str(path)) as source:
+            try:
+                return set(pa.ipc.open_stream(source).schema.names)
+            except pa.ArrowInvalid:
+                return set(pa.ipc.open_file(source).schema.names)
+    keys: set[str] = set()
+    for batch in _json_batches(path, {}):
+        for record in batch[:1000]:
+            keys |= set(record)
+        break
+    return keys
+
+
+def check_own_pairs(source: str, query_column: str, document_column: str, base: Path | None = None) -> list[Path]:
+    """The files of ``source`` after checking that each can be read and has both columns; a
+    :class:`CorpusError` naming the file, the missing column and the columns it has otherwise."""
+    files = source_files(source, base)
+    for path in files:
+        try:
+            present = _columns(path)
+        except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorpusError(f"{path}: cannot be read as {_kind(path)}: {str(exc).splitlines()[0]}") from exc
+        missing = [c for c in (query_column, document_column) if c not in present]
+        if missing:
+            raise CorpusError(f"{path}: no column {' or '.join(repr(c) for c in missing)}; it has "
+                              f"{sorted(present) or 'none'}: set pairs.query_column / pairs.document_column "
+                              "(--query-column / --document-column)")
+    return files

@@ -1,0 +1,114 @@
+"""Prefect task that brings a user's own pairs into a data root, as ingest brings PubMed's.
+
+The pairs land where ingested citations do — ``citations/source=pairs-NNNNN/part.parquet``
+partitions of ``partition_rows`` rows, one ingest manifest each, the catalog's
+``latest_pairs`` — so the filter, stage 1, training, the held-out task, the report's funnel and
+``mosaic stats`` read them as they read PubMed's. Cached on the source's content: an unchanged
+source is not read again, and its partitions keep their checksums, so the filter reruns
+nothing either.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from prefect import Task, task
+from prefect.context import TaskRunContext
+
+from mosaic_core.config import OwnPairsConfig
+from mosaic_core.data.own_pairs import CODE_VERSION, PairStats, pair_row
+from storage import schemas
+from storage.layout import DataLayout
+from storage.manifest import Manifest, read_manifest, write_manifest
+from storage.own_pairs import check_own_pairs, content_hash, iter_pairs
+from storage.pairs_io import CorpusError
+from storage.parquet import write_partition
+from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
+
+log = logging.getLogger(__name__)
+PREFIX = "pairs-"
+
+
+@json_only
+def _import_key(context: TaskRunContext, p: dict) -> str:
+    cfg: OwnPairsConfig = p["cfg"]
+    files = check_own_pairs(cfg.path, cfg.query_column, cfg.document_column)
+    return cache_key("pairs", content_hash(files), cfg.config_hash(), CODE_VERSION, str(DataLayout(p["root"]).root))
+
+
+def _row(index: int, partition: str, cfg: OwnPairsConfig, query: object, document: object,
+         stats: PairStats) -> dict:
+    q, d, reason, language = pair_row(query, document, cfg)
+    stats.add(reason)
+    return {"pmid": index, "version": 1, "file_seq": index // cfg.partition_rows,
+            "record_index": index % cfg.partition_rows, "source_file": partition,
+            "title": query if isinstance(query, str) else None, "detected_language": language,
+            "query": q, "document": d, "drop_reason": reason}
+
+
+def _write(layout: DataLayout, cfg: OwnPairsConfig, digest: str, number: int, rows: list[dict],
+           stats: PairStats, started: datetime) -> Manifest:
+    partition = f"{PREFIX}{number:05d}"
+    path = layout.partition_path("citations", partition)
+    write_partition(path, schemas.CITATIONS, [rows])
+    write_partition(layout.partition_path("deletions", partition), schemas.DELETIONS, [])
+    manifest = Manifest(stage="ingest", partition=partition, source=cfg.path, source_md5=digest, file_seq=number,
+                        config_hash=cfg.config_hash(), code_version=CODE_VERSION, status="complete",
+                        records_in=stats.rows, rows_out=len(rows), kept=stats.kept, dropped=dict(stats.dropped),
+                        outputs=[str(path)], started_at=started)
+    write_manifest(layout, manifest)
+    return manifest
+
+
+def _remove_beyond(layout: DataLayout, count: int) -> None:
+    """Partitions an earlier, longer version of the source left: gone with their manifests."""
+    for path in layout.dataset_dir("citations").glob(f"source={PREFIX}*"):
+        number = int(path.name.removeprefix(f"source={PREFIX}"))
+        if number >= count:
+            for dataset in ("citations", "deletions"):
+                layout.partition_path(dataset, path.name.removeprefix("source=")).unlink(missing_ok=True)
+            layout.manifest_path("ingest", path.name.removeprefix("source=")).unlink(missing_ok=True)
+
+
+@task(name="import-pairs", cache_key_fn=_import_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
+def import_pairs(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
+    """Read ``cfg.path`` in batches and write its pairs, normalised and filtered, as partitions
+    of ``root``; one manifest per partition. A source with no usable pair is a CorpusError with
+    the counts per reason."""
+    layout, started = DataLayout(root), datetime.now(timezone.utc)
+    files = check_own_pairs(cfg.path, cfg.query_column, cfg.document_column)
+    digest, unreadable = content_hash(files), {}
+    manifests, rows, stats, total = [], [], PairStats(), PairStats()
+    for batch in iter_pairs(files, cfg.query_column, cfg.document_column, unreadable):
+        for query, document in batch:
+            rows.append(_row(total.rows, f"{PREFIX}{len(manifests):05d}", cfg, query, document, stats))
+            total.add(rows[-1]["drop_reason"])
+            if len(rows) == cfg.partition_rows:
+                manifests.append(_write(layout, cfg, digest, len(manifests), rows, stats, started))
+                rows, stats = [], PairStats()
+    if unreadable:
+        log.warning("%s: %s rows could not be read", cfg.path, dict(unreadable))
+        stats.dropped.update(unreadable)
+        total.dropped.update(unreadable)
+    if rows or unreadable or not manifests:
+        manifests.append(_write(layout, cfg, digest, len(manifests), rows, stats, started))
+    _remove_beyond(layout, len(manifests))
+    reasons = ", ".join(f"{k} {v:,}" for k, v in total.dropped.most_common()) or "none"
+    if not total.kept:
+        raise CorpusError(f"{cfg.path}: no pairs left after the filters ({total.rows:,} rows read; dropped: "
+                          f"{reasons}); check pairs.query_column / document_column and the min_*_words thresholds")
+    log.info("%s: %d rows, %d pairs kept, dropped %s", cfg.path, total.rows, total.kept, reasons)
+    return manifests
+
+
+def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
+    """``import_pairs`` with Prefect's cache bypassed when a partition it made is gone or stale."""
+    layout = DataLayout(root)
+    made = [read_manifest(layout, "ingest", p.name.removeprefix("source="))
+            for p in layout.dataset_dir("citations").glob(f"source={PREFIX}*")]
+    present = bool(made) and all(m is not None and m.config_hash == cfg.config_hash() and
+                                 layout.partition_path("citations", m.partition).is_file() for m in made)
+    return import_pairs.with_options(result_storage=layout.results_dir, refresh_cache=not present)
+
