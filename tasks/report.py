@@ -19,9 +19,9 @@ def _reasons(counts: Counter) -> str:
 
 
 FUNNEL_STEPS = {
-    "pubmed": ("citations parsed", "files", "pairs after the ingest filters",
+    "pubmed": ("citations parsed", "file", "pairs after the ingest filters",
                "latest pairs (revisions, deletions applied)"),
-    "pairs": ("rows read", "partitions", "pairs after the length and language filters", "pairs to filter"),
+    "pairs": ("rows read", "partition", "pairs after the length and language filters", "pairs to filter"),
 }
 """The funnel's first three steps in the words of the source: PubMed's citations, or a user's pairs."""
 
@@ -34,7 +34,8 @@ def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | Non
     rows = []
     if ingested:
         dropped = sum((Counter(m.dropped) for m in ingested), Counter())
-        rows.append((read, sum(m.records_in for m in ingested), f"{len(ingested)} {parts}"))
+        plural = "s" if len(ingested) != 1 else ""
+        rows.append((read, sum(m.records_in for m in ingested), f"{len(ingested)} {parts}{plural}"))
         rows.append((after_rules, sum(m.kept for m in ingested), _reasons(dropped)))
     if filtered:
         dropped = sum((Counter(m.dropped) for m in filtered), Counter())
