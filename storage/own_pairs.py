@@ -10,6 +10,7 @@ lines — so a file of ten million rows is never held whole. What is wrong with 
 
 from __future__ import annotations
 
+import functools
 import glob as globlib
 import hashlib
 import json
@@ -64,14 +65,23 @@ def source_files(source: str, base: Path | None = None) -> list[Path]:
 
 
 def content_hash(files: list[Path]) -> str:
-    """A digest of the files' names and bytes, read in blocks: what caching compares."""
+    """A digest of the files' names and bytes: what caching compares. Each file is read once per
+    process while it stays as it is (the cache key and the import both ask)."""
     h = hashlib.sha256()
     for path in files:
-        h.update(path.name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
+        st = path.stat()
+        h.update(path.name.encode() + b"\0" + _file_digest(str(path), st.st_size, st.st_mtime_ns, st.st_ino))
     return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int, inode: int) -> bytes:
+    """The SHA-256 of a file's bytes, read in blocks; keyed on its stat so a change reads it again."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.digest()
 
 
 def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[dict]]:

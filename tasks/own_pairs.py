@@ -20,7 +20,7 @@ from mosaic_core.config import OwnPairsConfig
 from mosaic_core.data.own_pairs import CODE_VERSION, PairStats, pair_row
 from storage import schemas
 from storage.layout import DataLayout
-from storage.manifest import Manifest, read_manifest, write_manifest
+from storage.manifest import Manifest, is_current, write_manifest
 from storage.own_pairs import check_own_pairs, content_hash, iter_pairs
 from storage.pairs_io import CorpusError
 from storage.parquet import write_partition
@@ -106,9 +106,9 @@ def import_pairs(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
 def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
     """``import_pairs`` with Prefect's cache bypassed when a partition it made is gone or stale."""
     layout = DataLayout(root)
-    made = [read_manifest(layout, "ingest", p.name.removeprefix("source="))
-            for p in layout.dataset_dir("citations").glob(f"source={PREFIX}*")]
-    present = bool(made) and all(m is not None and m.config_hash == cfg.config_hash() and
-                                 layout.partition_path("citations", m.partition).is_file() for m in made)
+    digest = content_hash(check_own_pairs(cfg.path, cfg.query_column, cfg.document_column))
+    parts = [p.name.removeprefix("source=") for p in layout.dataset_dir("citations").glob(f"source={PREFIX}*")]
+    present = bool(parts) and all(is_current(layout, "ingest", part, digest, cfg.config_hash(), CODE_VERSION)
+                                  for part in parts)
     return import_pairs.with_options(result_storage=layout.results_dir, refresh_cache=not present)
 
