@@ -17,6 +17,7 @@ from flows.pipeline import mosaic_pipeline
 from flows.demo import demo_config
 from mosaic_core.config import PipelineConfig
 from storage.lock import RootBusy, root_lock
+from storage.own_pairs import locate
 from tasks.ingest import list_snapshot
 from tasks.rebuild import record_snapshot, snapshot_changes
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def load_pipeline_config(config_file: str) -> PipelineConfig:
     """The pipeline YAML at ``config_file``, validated; ``pairs.path`` is read relative to the
-    file's folder (an absolute path stays as it is)."""
+    file's folder (an absolute path, or a hub dataset, stays as it is)."""
     path = Path(config_file).expanduser().resolve()
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
@@ -33,7 +34,7 @@ def load_pipeline_config(config_file: str) -> PipelineConfig:
                          f"train:, …), not a {type(data).__name__}; see docs/pipeline.example.yaml")
     pairs = data.get("pairs")
     if isinstance(pairs, dict) and isinstance(pairs.get("path"), str):
-        data["pairs"] = {**pairs, "path": str(path.parent / Path(pairs["path"]).expanduser())}
+        data["pairs"] = {**pairs, "path": locate(pairs["path"], path.parent)}
     return PipelineConfig.load(data)
 
 

@@ -1,7 +1,10 @@
 """A user's own (query, document) pairs, read in batches from whatever they keep them in.
 
 A source is a file, a folder or a glob of JSONL/JSON, Parquet or CSV/TSV files (compressed or
-not), or a Hugging Face dataset folder written by ``save_to_disk`` (its Arrow files). Every
+not), a Hugging Face dataset folder written by ``save_to_disk`` (its Arrow files), or a dataset
+on the Hugging Face hub (``hf://datasets/OWNER/NAME[@REVISION][/GLOB]``, or ``OWNER/NAME`` where
+no such local path exists): its data files are fetched into the hub's own cache, and taken from
+that cache when the hub cannot be reached. Every
 reader streams record batches — a Parquet row group, a CSV block, a bounded number of JSONL
 lines — so a file of ten million rows is never held whole. What is wrong with a source is a
 :class:`~storage.pairs_io.CorpusError` that names the file and what to do, raised by
@@ -14,6 +17,8 @@ import functools
 import glob as globlib
 import hashlib
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +31,8 @@ from storage.pairs_io import CorpusError, _jsonl_lines
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 BATCH_ROWS = 10_000
+HUB_PREFIX = "hf://datasets/"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
 
 
 def _kind(path: Path) -> str | None:
@@ -41,13 +48,64 @@ def _kind(path: Path) -> str | None:
     return None
 
 
+def hub_dataset(source: str) -> tuple[str, str | None, str | None] | None:
+    """(repository, revision, glob inside it) when ``source`` names a hub dataset: any
+    ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name."""
+    if source.startswith(HUB_PREFIX):
+        parts = source.removeprefix(HUB_PREFIX).split("/", 2)
+        if len(parts) < 2 or not all(parts[:2]):
+            raise CorpusError(f"pairs.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
+        name, _, revision = parts[1].partition("@")
+        return f"{parts[0]}/{name}", revision or None, parts[2] if len(parts) == 3 else None
+    if _HUB_ID.match(source) and _kind(Path(source)) is None:
+        repo, _, revision = source.partition("@")
+        return repo, revision or None, None
+    return None
+
+
+def locate(source: str, base: Path) -> str:
+    """``source`` as the config should keep it: an absolute path (relative ones taken from
+    ``base``), or unchanged when it names a hub dataset and no such local path exists."""
+    path = base / Path(source).expanduser()
+    return source if not path.exists() and hub_dataset(source) is not None else str(path.resolve())
+
+
+def _hub_files(source: str, repo: str, revision: str | None, pattern: str | None) -> list[Path]:
+    """The pairs files of a hub dataset, from the hub's cache (downloaded there first when the
+    hub is reachable)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    patterns = [pattern] if pattern else [f"*{s}{c}" for s in SUFFIXES for c in ("", *COMPRESSED)] + ["*.arrow"]
+    try:
+        folder = Path(snapshot_download(repo, repo_type="dataset", revision=revision, allow_patterns=patterns))
+    except LocalEntryNotFoundError as exc:
+        raise CorpusError(f"pairs.path {source!r}: no such local path, and the Hugging Face hub could not be reached "
+                          "with no copy of that dataset in its cache; run once where the hub is reachable, or give "
+                          "a local file") from exc
+    except (HfHubHTTPError, ValueError) as exc:
+        raise CorpusError(f"pairs.path {source!r}: no such local path, and the hub refused the dataset "
+                          f"{repo!r}: {str(exc).splitlines()[0]}") from exc
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and _kind(p) and not p.name.startswith("."))
+    if pattern:
+        files = [p for p in files if p.relative_to(folder).match(pattern)]
+    if not files:
+        raise CorpusError(f"pairs.path {source!r}: the hub dataset {repo!r} holds no pairs file (.jsonl, .json, "
+                          ".parquet, .csv, .tsv); for a dataset built by a script, try its Parquet conversion "
+                          f"(hf://datasets/{repo}@refs%2Fconvert%2Fparquet)")
+    return files
+
+
 def source_files(source: str, base: Path | None = None) -> list[Path]:
-    """The files of ``source`` (a file, folder, glob or ``save_to_disk`` folder; relative to
-    ``base`` when given), sorted; a CorpusError when there are none."""
+    """The files of ``source`` (a file, folder, glob, ``save_to_disk`` folder or hub dataset;
+    relative to ``base`` when given), sorted; a CorpusError when there are none."""
     path = Path(source).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    if path.is_file():
+    hub = None if path.exists() else hub_dataset(source)
+    if hub is not None:
+        files = _hub_files(source, *hub)
+    elif path.is_file():
         files = [path]
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p) and not p.name.startswith("."))
@@ -61,7 +119,8 @@ def source_files(source: str, base: Path | None = None) -> list[Path]:
     if not files:
         raise CorpusError(f"pairs.path {source!r}: holds no pairs file (.jsonl, .json, .parquet, .csv, .tsv, "
                           "optionally compressed, or a Hugging Face save_to_disk folder)")
-    return [f.resolve() for f in files]
+    # Absolute, not resolved: a hub cache's files are links to blobs whose names have no suffix.
+    return [Path(os.path.abspath(f)) for f in files]
 
 
 def content_hash(files: list[Path]) -> str:

@@ -78,3 +78,46 @@ def test_unreadable_jsonl_lines_are_counted_and_the_content_hash_follows_the_byt
     before = content_hash([path])
     path.write_bytes(path.read_bytes() + b'{"heading": "e", "clause": "f"}\n')
     assert content_hash([path]) != before
+
+
+def _hub_cache(cache, repo, files):
+    """A dataset in the hub's cache as huggingface_hub lays it out: snapshot entries are links
+    to blobs named by their hash (no suffix), a ref names the snapshot."""
+    folder = cache / f"datasets--{repo.replace('/', '--')}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(commit)
+    (folder / "blobs").mkdir()
+    for name, data in files.items():
+        blob = folder / "blobs" / f"blob{len(list((folder / 'blobs').iterdir()))}"
+        blob.write_bytes(data)
+        link = folder / "snapshots" / commit / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(blob)
+
+
+def test_a_hub_dataset_is_read_from_the_hub_cache_when_the_hub_is_out_of_reach(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    table = pa.Table.from_pylist(ROWS)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    _hub_cache(tmp_path / "hub", "acme/clauses", {"data/train-00000.parquet": sink.getvalue().to_pybytes(),
+                                                  "data/test.jsonl": b"".join(json.dumps(r).encode() + b"\n"
+                                                                              for r in ROWS[:5]),
+                                                  "README.md": b"# clauses"})
+    for source in ("acme/clauses", "hf://datasets/acme/clauses"):
+        files, rows, bad = read(source)
+        assert [f.name for f in files] == ["test.jsonl", "train-00000.parquet"]  # linked blobs keep their names
+        assert rows == EXPECTED[:5] + EXPECTED and not bad
+    files, rows, _ = read("hf://datasets/acme/clauses/data/train-*.parquet")  # a glob inside the dataset
+    assert [f.name for f in files] == ["train-00000.parquet"] and rows == EXPECTED
+    assert own_pairs.locate("acme/clauses", tmp_path) == "acme/clauses"  # no such local path: the hub's
+    (tmp_path / "acme" / "clauses").mkdir(parents=True)
+    assert own_pairs.locate("acme/clauses", tmp_path) == str(tmp_path / "acme" / "clauses")  # a local path wins
+    with pytest.raises(CorpusError, match="hub could not be reached with no copy"):
+        read("acme/contracts")
+    with pytest.raises(CorpusError, match="no such file, folder or glob"):
+        read("acme/clauses.jsonl")  # a pairs file's name is a missing file, not a hub dataset
