@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import flow
 
 from flows.pipeline import mosaic_pipeline
-from mosaic_core.config import PipelineConfig
+from mosaic_core.config import PipelineConfig, TrackingConfig
 from mosaic_core.data.demo import demo_pipeline
 from storage.lock import root_lock
 from tasks.demo import generate_demo
@@ -19,8 +19,10 @@ def demo_config(data_root: str, seed: int = 0) -> PipelineConfig:
 
 
 @flow(name="demo")
-def demo_flow(data_root: str, seed: int = 0) -> dict:
+def demo_flow(data_root: str, seed: int = 0, tracking: TrackingConfig | None = None) -> dict:
     """``mosaic run`` without a config: the demo snapshot of ``seed``, ingested, filtered,
-    expanded, trained, evaluated (held-out pairs and the invented-term task) and gated."""
+    expanded, trained, evaluated (held-out pairs and the invented-term task) and gated
+    (tracked in MLflow too with ``tracking``)."""
     with root_lock(data_root, "demo flow"):
-        return mosaic_pipeline(demo_config(data_root, seed), data_root)
+        cfg = demo_config(data_root, seed)
+        return mosaic_pipeline(cfg.model_copy(update={"tracking": tracking}) if tracking else cfg, data_root)

@@ -105,7 +105,8 @@ def publish_model(layout: DataLayout, model_dir: Path, run_id: str, *, check: Ca
     tmp = target.with_name(f".{run_id}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("checkpoints", ".*"))
+        # tb: the training's TensorBoard files (mosaic_core.modeling.modeldir.TB_DIR), not the model's
+        shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("checkpoints", "tb", ".*"))
         _normalise_modes(tmp)
         os.utime(tmp)  # copytree kept the source's time; the publication time orders the copies to prune
         try:

@@ -8,6 +8,7 @@ sentence-transformers model (which ``SentenceTransformer``/``AutoModel`` load as
 | ``mlm_head.safetensors`` + ``mlm_head.json`` | stages 2–3 | the trained MLM head (transform + bias) and its settings |
 | ``stage.json`` | stages 2–3 | the stage's config, input model, fingerprint and result (paths: see below) |
 | ``README.md`` | every step that writes a model | its model card (:mod:`~mosaic_core.modeling.card`) |
+| ``tb/`` | stage 1, stages 2–3 | TensorBoard event files (not in fingerprints or published copies) |
 
 A sparse (SPLADE) model directory is a sentence-transformers ``SparseEncoder`` instead
 (:mod:`mosaic_core.modeling.sparse`): its MLM head lives inside the masked-LM checkpoint, so it has no
@@ -33,6 +34,8 @@ VOCAB_REPORT_JSON, VOCAB_REPORT_MD = "vocab_report.json", "vocab_report.md"
 HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
 STAGE_RECORD = "stage.json"
 MODEL_CARD = "README.md"
+TB_DIR = "tb"
+"""Where a stage's event files go, inside its output folder (``tensorboard --logdir ROOT`` finds them all)."""
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from mosaic_core.trainer.data import PairSet, prefetched
 from mosaic_core.trainer.gradcache import joint_backward, mlm_backward
 from mosaic_core.trainer.heldout import SELECT_METRIC
 from mosaic_core.trainer.state import Best, TrainState, save_best, save_state
+from mosaic_core.trainer.tracking import TokenCounter, gpu_memory
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ class StepLoop:
         p, stage = self.parts, self.stage
         if keeps_best(stage) and stage.eval_every and state.step == 0:
             self.evaluate(state)  # the input model competes too: a stage never hands on a worse model
-        batches = prefetched(self.make_batch, state.step * stage.accumulation, p.total * stage.accumulation)
+        batches = TokenCounter(prefetched(self.make_batch, state.step * stage.accumulation,
+                                          p.total * stage.accumulation))
         bar = tqdm(total=p.total, initial=state.step, desc=f"stage {stage.name}", unit="step",
                    disable=None if self.hooks.progress and p.rank == 0 else True,  # None: on a terminal only
                    dynamic_ncols=True)
@@ -168,9 +170,12 @@ class StepLoop:
                 record = None
                 if state.step % stage.log_every == 0 or done:
                     now = time.perf_counter()
-                    record = {"step": state.step, **window_means(state.window), "lr": p.scheduler.get_last_lr()[0],
+                    lrs = p.scheduler.get_last_lr()
+                    record = {"step": state.step, **window_means(state.window), "lr": lrs[0],
+                              **({"lrs": lrs} if len(set(lrs)) > 1 else {}),
                               "pairs_per_s": window_steps * pairs_per_step / max(now - window_t, 1e-9),
-                              "total_steps": p.total}
+                              "tokens_per_s": batches.take() * p.world / max(now - window_t, 1e-9),
+                              **gpu_memory(p.device), "total_steps": p.total}
                     window_t, window_steps = now, 0
                     bar.set_postfix({t: f"{record[t]:.3f}" for t in ("total", *self.terms)}, refresh=False)
                     log.info("stage %s step %d/%d: loss %.4f (%s), grad-norm %.3f, lr %.2e (means of the last %d "

@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from mosaic_core.config import DistillConfig
 from mosaic_core.modeling.encode import Pooling, pool, resolve_precision
+from mosaic_core.modeling.tracking import open_tracker
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "distill-state.pt"
@@ -350,12 +351,16 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
     total = min(cfg.max_steps or cfg.epochs * per_epoch, cfg.epochs * per_epoch)
     ckpt = Path(work_dir) / CHECKPOINT
     state = DistillState.load(ckpt, distiller, fingerprint)
+    tracker = open_tracker(Path(work_dir), state.step if state else None)  # event files in work_dir/tb
+    tracker.params({"distill": cfg.model_dump(mode="json"), "new_rows": len(new_ids), "windows": len(train),
+                    "heldout_windows": len(heldout)})
     if state is None:
         before = distiller.heldout_loss(held_batches)
         state = DistillState(before, before, distiller.snapshot())
+        tracker.scalars({"distill/heldout_loss": before}, 0)
     log.info("distillation: %d training windows, %d held out, step %d of %d; held-out loss %.5f with "
              "mean-of-pieces rows", len(train), len(heldout), state.step, total, state.before)
-    stop_reason, window = "steps", []
+    stop_reason, window, window_t = "steps", [], time.perf_counter()
     bar = tqdm(total=total, initial=state.step, desc="stage 1 distillation", unit="step",
                disable=None if progress else True, dynamic_ncols=True)  # None: on a terminal only
     while state.step < total:
@@ -366,7 +371,13 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
         bar.update(1)
         if state.step % cfg.eval_every == 0 or state.step == total:
             state.record(state.step, distiller.heldout_loss(held_batches), distiller)
-            train_loss, window = float(torch.stack(window).mean()), []
+            now = time.perf_counter()
+            tracker.scalars({"distill/train_loss": float(torch.stack(window).mean()),
+                             "distill/heldout_loss": state.evals[-1]["heldout_loss"],
+                             "distill/lr": distiller.optimizer.param_groups[0]["lr"],
+                             "distill/windows_per_s": len(window) * cfg.batch_size / max(now - window_t, 1e-9)},
+                            state.step)
+            train_loss, window, window_t = float(torch.stack(window).mean()), [], now
             bar.set_postfix(train=f"{train_loss:.5f}", heldout=f"{state.evals[-1]['heldout_loss']:.5f}", refresh=False)
             log.info("distillation step %d/%d: train loss %.5f, held-out %.5f (best %.5f at step %d)", state.step,
                      total, train_loss, state.evals[-1]["heldout_loss"], state.best_loss, state.best_step)
@@ -375,6 +386,7 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
                 break
             state.save(ckpt, distiller, fingerprint)
     bar.close()
+    tracker.close()
     distiller.restore(state.best_rows)
     distiller.close()
     encoder.to("cpu")
