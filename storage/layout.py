@@ -94,6 +94,11 @@ class DataLayout:
         return self.root / "catalog.duckdb"
 
     @property
+    def onnx_cache_dir(self) -> Path:
+        """The filter model's ONNX exports (``filter.backend``), one folder per model fingerprint and kind."""
+        return self.root / "cache" / "onnx"
+
+    @property
     def results_dir(self) -> Path:
         """Prefect's persisted task results: kept with the data they describe."""
         return self.root / ".prefect-results"
