@@ -97,6 +97,23 @@ def differences_table(differences: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def dims_table(scores: dict[str, list[TaskScore]]) -> str:
+    """Markdown of the scores of embeddings cut to fewer dimensions (``mosaic eval --dims``): one
+    row per model and task, one column per dimension (×100); empty when nothing was cut."""
+    cut = [(m, s) for m, ss in scores.items() for s in ss if s.dim is not None]
+    if not cut:
+        return ""
+    dims = sorted({s.dim for _, s in cut}, reverse=True)
+    rows: dict[tuple[str, str], dict[int, float]] = {}
+    for m, s in cut:
+        rows.setdefault((m, s.task.removesuffix(f"@{s.dim}")), {})[s.dim] = s.value
+    lines = ["Embeddings cut to their first d dimensions and renormalised (main score × 100):", "",
+             "| model | task | " + " | ".join(f"{d} d" for d in dims) + " |", "| --- | --- |" + " ---: |" * len(dims)]
+    lines += [f"| {m} | {t} | " + " | ".join(f"{100 * v[d]:.2f}" if d in v else "–" for d in dims) + " |"
+              for (m, t), v in rows.items()]
+    return "\n".join(lines)
+
+
 def bar_chart(scores: dict[str, list[TaskScore]], path: Path) -> Path:
     models, tasks, values = grid(scores)
     fig = Figure(figsize=(max(6, 1.6 * len(tasks) * max(1, len(models)) / 2), 4))
@@ -150,13 +167,14 @@ def write_report(scores: dict[str, list[TaskScore]], out_dir: Path, metadata: di
     box = box_plot(scores, out_dir / "ndcg_boxplot.png")
     differences = paired_differences(scores)
     paired = differences_table(differences)
+    cut = dims_table(scores)
     meta_lines = [f"- **{k}**: `{v}`" for k, v in metadata.items()]
     md = "\n".join(["# MOSAIC evaluation report", "", table, "", *(f"> {n}" for n in notes), "",
-                    *([paired, ""] if paired else []),
+                    *([paired, ""] if paired else []), *([cut, ""] if cut else []),
                     "![scores](scores.png)", "", *([f"![per-query NDCG@10]({box.name})", ""] if box else []),
                     "## Run metadata", *meta_lines, ""])
     (out_dir / "report.md").write_text(md)
-    (out_dir / "report.html").write_text(_html(table, [bars, box], metadata, notes, paired))
+    (out_dir / "report.html").write_text(_html(table, [bars, box], metadata, notes, paired, cut))
     (out_dir / "results.json").write_text(json.dumps(
         {"metadata": metadata, "scores": {m: [s.__dict__ for s in ss] for m, ss in scores.items()},
          "differences": differences}, indent=1))
@@ -178,11 +196,13 @@ def _html_table(table_md: str) -> str:
             + "".join("<tr>" + "".join(cell("td", c) for c in r) + "</tr>" for r in body) + "</table>")
 
 
-def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Sequence[str], paired: str = "") -> str:
+def _html(table_md: str, images: list[Path | None], metadata: dict, notes: Sequence[str], paired: str = "",
+          dims: str = "") -> str:
     table = _html_table(table_md)
-    if paired:
-        caption, _, rows = paired.partition("\n\n")
-        table += f"<p>{html.escape(caption)}</p>{_html_table(rows)}"
+    for section in (paired, dims):
+        if section:
+            caption, _, rows = section.partition("\n\n")
+            table += f"<p>{html.escape(caption)}</p>{_html_table(rows)}"
     imgs = "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
                    for p in images if p is not None)
     meta = "".join(f"<tr><th>{html.escape(str(k))}</th><td><code>{html.escape(str(v))}</code></td></tr>"

@@ -59,6 +59,31 @@ def info_nce(
     return loss
 
 
+def matryoshka_info_nce(
+    queries: torch.Tensor,
+    docs: torch.Tensor,
+    dims: tuple[int, ...],
+    weights: tuple[float, ...] | None = None,
+    scale: float = 50.0,
+    symmetric: bool = False,
+    hard_negatives: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Matryoshka InfoNCE: ``sum_k weights[k] * info_nce`` on the first ``dims[k]`` components of
+    every embedding, each prefix renormalised (sentence-transformers' MatryoshkaLoss around
+    MultipleNegativesRankingLoss), so the model can be cut to any of ``dims``.
+
+    ``queries``, ``docs``: ``[B, h]``; ``hard_negatives``: ``[B', h]``; every ``dims[k] <= h``.
+    ``weights`` default to 1 each. Each term gathers documents across ranks like
+    :func:`info_nce`, so gradient caching and several ranks need nothing more.
+    """
+    if max(dims) > queries.shape[-1]:
+        raise ValueError(f"matryoshka dims {list(dims)} exceed the embedding size {queries.shape[-1]}")
+    weights = weights if weights is not None else (1.0,) * len(dims)
+    return sum(w * info_nce(queries[:, :d], docs[:, :d], scale, symmetric,
+                            None if hard_negatives is None else hard_negatives[:, :d])
+               for d, w in zip(dims, weights, strict=True))
+
+
 def domain_lookup(domain_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """``[V]`` long: position of each vocabulary id in V_D, ``IGNORE`` for non-domain ids."""
     lookup = torch.full((vocab_size,), IGNORE, dtype=torch.long, device=domain_ids.device)
@@ -138,16 +163,26 @@ class JointLoss(nn.Module):
 
     ``flops`` (λ_query, λ_document) makes it SPLADE's loss (:mod:`mosaic_core.modeling.sparse`): the
     contrastive term on raw dot products at scale 1, plus ``"flops"``, the FLOPS regulariser
-    λ_q·FLOPS(queries) + λ_d·FLOPS(documents and hard negatives), in ``total``."""
+    λ_q·FLOPS(queries) + λ_d·FLOPS(documents and hard negatives), in ``total``.
+
+    ``matryoshka`` (dims, weights or None) makes the contrastive term :func:`matryoshka_info_nce`."""
 
     def __init__(self, alpha: float = 0.3, scale: float = 50.0, symmetric: bool = False,
-                 flops: tuple[float, float] | None = None):
+                 flops: tuple[float, float] | None = None,
+                 matryoshka: tuple[tuple[int, ...], tuple[float, ...] | None] | None = None):
         super().__init__()
+        if flops is not None and matryoshka is not None:
+            raise ValueError("Matryoshka dimensions truncate dense embeddings; a sparse (FLOPS) loss has none")
         self.alpha, self.scale, self.symmetric, self.flops = alpha, scale, symmetric, flops
+        self.matryoshka = matryoshka
 
     def forward(self, queries: torch.Tensor, docs: torch.Tensor, mlm: torch.Tensor | None,
                 hard_negatives: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        if self.flops is None:
+        if self.matryoshka is not None:
+            contrastive = matryoshka_info_nce(queries, docs, *self.matryoshka, self.scale, self.symmetric,
+                                              hard_negatives)
+            regulariser = None
+        elif self.flops is None:
             contrastive = info_nce(queries, docs, self.scale, self.symmetric, hard_negatives)
             regulariser = None
         else:

@@ -52,3 +52,19 @@ def test_unavailable_task_stops_before_scoring_or_is_reported(models, tmp_path):
     result = CliRunner().invoke(app, ["eval", "--model", models["a"], "--out", str(tmp_path / "r"),
                                       "--beir", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "unavailable evaluation tasks" in result.output
+
+
+def test_eval_dims_scores_each_dimension_and_reports_the_table(models, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    out, root = tmp_path / "report", tmp_path / "root"
+    result = CliRunner().invoke(app, ["eval", "--model", f"a={models['a']}", "--heldout", str(pairs), "--heldout-pairs",
+                                      "8", "--pool", "20", "--dims", "32,8", "--out", str(out), "-d", str(root)])
+    assert result.exit_code == 0, result.output
+    scores = json.loads((out / "results.json").read_text())["scores"]["a"]
+    assert [(s["task"], s["dim"]) for s in scores] == [("heldout@32", 32), ("heldout@8", 8)]
+    assert scores[0]["per_query"] != scores[1]["per_query"]
+    assert "| model | task | 32 d | 8 d |" in (out / "report.md").read_text()
+    with Catalog(DataLayout(root)) as cat:
+        cat.refresh()
+        assert sorted(cat.rows("SELECT task FROM eval_history")) == [("heldout@32",), ("heldout@8",)]
