@@ -122,3 +122,23 @@ def _digest(name: str) -> str:
     if not tree.body:
         return ""
     return hashlib.sha256(ast.dump(tree, annotate_fields=False, include_attributes=False).encode()).hexdigest()
+
+
+LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers")
+"""The libraries whose versions a model's bytes depend on, recorded with every stage."""
+
+
+def runtime() -> dict:
+    """What a run's bytes depend on besides its inputs, config and seed: the Python, MOSAIC and
+    :data:`LIBRARIES` versions and the CPU threads PyTorch computes with (a sum split over another
+    number of threads rounds differently). The same inputs, config, seed and runtime on the same
+    machine give byte-identical weights."""
+    import platform
+    from importlib.metadata import version
+
+    import torch
+
+    import mosaic_core
+
+    return {"python": platform.python_version(), "mosaic": mosaic_core.__version__,
+            **{name: version(name) for name in LIBRARIES}, "torch_threads": torch.get_num_threads()}

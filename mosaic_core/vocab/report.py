@@ -41,6 +41,8 @@ class VocabReport:
     pruned: dict | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     reduction: dict | None = None
+    seed: int | None = None
+    runtime: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -66,6 +68,10 @@ class VocabReport:
             + (f"; the costliest {self.pruned['share']:.0%} pruned" if self.pruned else "")
             + "; time: " + ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items()),
         ]
+        if self.runtime:
+            lines.append(f"- seed {self.seed}; " + ", ".join(f"{k} {v}" for k, v in self.runtime.items()
+                                                              if k != "torch_threads")
+                         + f"; {self.runtime.get('torch_threads')} torch threads")
         if self.kind == "BPE":
             lines.append(f"- BPE merges: {self.merge_intermediates:,} of the added tokens are intermediate merge "
                          f"results; {self.no_merge_chain:,} selected tokens left out (every merge chain passed "

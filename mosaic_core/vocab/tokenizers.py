@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenizers import Tokenizer
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from mosaic_core.vocab.selection import word_counts
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,9 @@ class UnigramSpec:
     model: object = field(compare=False, repr=False)
 
     MARGIN = 1e-3  # score a new piece needs above the base segmentation it replaces
+    # The Unigram trainer sums floats in hash-map order, so the same corpus gives scores that
+    # differ in their last bits from run to run (~1e-11); rounded, the pieces inserted are the same.
+    DECIMALS = 4
 
     @classmethod
     def from_state(cls, state: dict) -> UnigramSpec:
@@ -186,13 +191,14 @@ class UnigramSpec:
         return None if any(t.id == self.unk_id for t in found) else [t.value for t in found]
 
     def insert(self, model: dict, pieces: dict[str, list[str]], first_id: int, domain: dict) -> dict[str, list[str]]:
-        """Append the tokens (keys of ``pieces``) as pieces scored ``max(domain score, base split score + margin)``:
+        """Append the tokens (keys of ``pieces``) as pieces scored ``max(domain score, base split score + margin)`` (the
+        domain score rounded to ``DECIMALS``):
         never below the base segmentation they replace, so the Viterbi search picks a new
         piece at least where its base pieces would have stood."""
         if first_id != len(model["vocab"]):
             raise UnsupportedTokenizer(f"Unigram ids are positions: new pieces must start at {len(model['vocab'])}, "
                                        f"not {first_id} (the embedding matrix has rows beyond the tokenizer)")
-        domain_scores = dict(map(tuple, domain["model"]["vocab"]))
+        domain_scores = {t: round(score, self.DECIMALS) for t, score in domain["model"]["vocab"]}
         for token, parts in pieces.items():
             base = sum(self.scores[self.vocab[p]] for p in parts) + self.MARGIN
             model["vocab"].append([token, max(domain_scores.get(token, -math.inf), base)])
@@ -216,11 +222,68 @@ def _model_of(state: dict):
     return Tokenizer.from_str(json.dumps(state)).model
 
 
+def _trainer_affixes(state: dict) -> tuple[str | None, str | None]:
+    """(continuing-subword prefix, end-of-word suffix) the trainer that ``train_new_from_iterator``
+    builds for a tokenizer state marks pieces with: WordPiece's trainer always uses ``##`` (it
+    is not passed the model's prefix); BPE's gets the model's own."""
+    model = state["model"]
+    if model["type"] == "WordPiece":
+        return "##", None
+    if model["type"] == "BPE":
+        return model.get("continuing_subword_prefix"), model.get("end_of_word_suffix")
+    return None, None
+
+
+def marked_characters(state: dict, words: Iterable[str]) -> list[str]:
+    """The single-character pieces the BPE/WordPiece trainer adds for ``words`` (pre-tokenized,
+    as the tokenizer's normalizer and pre-tokenizer give them) besides the characters
+    themselves: each character after a word's first with the continuing-subword prefix
+    (``##a``), each last one with the end-of-word suffix; sorted (by code point).
+
+    The trainer numbers these as it meets them while iterating a hash map, whose order
+    changes from process to process, and breaks ties between equally frequent merges by
+    those numbers: the same corpus then gives a different vocabulary from run to run
+    (huggingface/tokenizers#1794). Declared up front, in this order, they get the same ids
+    every run and the training is a function of the corpus."""
+    prefix, suffix = _trainer_affixes(state)
+    if not prefix and not suffix:
+        return []
+    marked = set()
+    for word in words:
+        last = len(word) - 1
+        for i, ch in enumerate(word):
+            piece = (prefix if prefix and i else "") + ch + (suffix if suffix and i == last else "")
+            if piece != ch:
+                marked.add(piece)
+    return sorted(marked)
+
+
 def train_domain_tokenizer(
-    base: PreTrainedTokenizerBase, texts: Iterable[str], vocab_size: int, min_frequency: int
+    base: PreTrainedTokenizerBase, texts: Iterable[str], vocab_size: int, min_frequency: int,
+    words: Iterable[str] | None = None,
 ) -> PreTrainedTokenizerBase:
-    """A tokenizer of the base's kind, normalizer and pre-tokenizer, trained on ``texts``."""
-    return base.train_new_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency)
+    """A tokenizer of the base's kind, normalizer and pre-tokenizer, trained on ``texts``:
+    the same vocabulary (tokens and ids) whenever it is trained on the same texts.
+
+    ``words``: the distinct words of ``texts`` as the base tokenizer pre-tokenizes them
+    (computed when not given). Their marked characters (:func:`marked_characters`) are given
+    to the trainer ahead of training, as special tokens so that they come first and in a
+    fixed order, then turned back into plain vocabulary entries: the trainer would have added
+    exactly these entries itself, in an order that changes between runs."""
+    texts = texts if isinstance(texts, list) else list(texts)
+    state = tokenizer_state(base)
+    if words is None and any(_trainer_affixes(state)):
+        words = word_counts(base, texts)
+    marked = marked_characters(state, words or ())
+    domain = base.train_new_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
+                                          new_special_tokens=marked or None)
+    if not marked:
+        return domain
+    trained = tokenizer_state(domain)
+    drop = set(marked)
+    trained["added_tokens"] = [t for t in trained["added_tokens"] if t["content"] not in drop]
+    named = {k: v for k, v in domain.special_tokens_map.items() if isinstance(v, str)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(trained)), **named)
 
 
 def candidate_tokens(
