@@ -32,6 +32,22 @@ DataRoot = Annotated[
     ),
 ]
 DEFAULT_ROOT = Path("mosaic-data")
+_PROMPT_HELP = ("; 'none': no prompt. Giving one of --query-prompt/--document-prompt leaves the other empty "
+                "unless it is given too. Default: the prompts the model declares in its sentence-transformers config.")
+QueryPrompt = Annotated[Optional[str], typer.Option(
+    "--query-prompt", help="Put this before every query the model encodes (e.g. 'search_query: ')" + _PROMPT_HELP)]
+DocumentPrompt = Annotated[Optional[str], typer.Option(
+    "--document-prompt", help="Put this before every document the model encodes (e.g. 'search_document: ')"
+    + _PROMPT_HELP)]
+
+
+def prompts_option(query: str | None, document: str | None) -> dict | None:
+    """``--query-prompt`` / ``--document-prompt`` as a ``prompts`` section; None when neither is given."""
+    if query is None and document is None:
+        return None
+    return {k: "" if v is None or v.lower() == "none" else v for k, v in (("query", query), ("document", document))}
+
+
 Wait = Annotated[
     Optional[float],
     typer.Option(

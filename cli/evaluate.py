@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import DEFAULT_ROOT, DataRoot, _folder, _model, _run, app, console
+from cli.common import (DEFAULT_ROOT, DataRoot, DocumentPrompt, QueryPrompt, _folder, _model, _run, app, console,
+                        prompts_option)
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 
@@ -24,6 +25,20 @@ def parse_models(items: list[str]) -> dict[str, str]:
             raise typer.BadParameter(f"two models named {name!r}: use NAME=PATH")
         models[name] = path
     return models
+
+
+def parse_dims(text: str | None) -> tuple[int, ...] | None:
+    """``384,128,64`` → (384, 128, 64); None stays None."""
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) <= 0 or len(set(dims)) != len(dims):
+        raise typer.BadParameter(f"--dims {text!r}: give distinct positive dimensions separated by commas, e.g. "
+                                 "384,128,64")
+    return dims
 
 
 @app.command(name="eval")
@@ -60,8 +75,16 @@ def eval_models(
     model_kind: Annotated[str, typer.Option(
         help="auto: SparseEncoder models are scored as SPLADE, others as dense; sparse: every model as SPLADE on "
         "its masked-LM head (e.g. a plain BERT checkpoint).")] = "auto",
+    query_prompt: QueryPrompt = None,
+    document_prompt: DocumentPrompt = None,
+    dims: Annotated[Optional[str], typer.Option(
+        help="Score every task with the embeddings cut to each of these dimensions and renormalised, e.g. "
+        "384,128,64 (a Matryoshka model's sizes); the report adds a task × dimension table.")] = None,
 ) -> None:
-    """Score models on mteb tasks and local benchmark files; write a comparison report."""
+    """Score models on mteb tasks and local benchmark files; write a comparison report.
+
+    Queries and documents get the prompts each model declares (a MOSAIC model declares those it
+    was trained with), or --query-prompt/--document-prompt for every model."""
     from flows.evaluate import EvaluationInputError, eval_flow
     from mosaic_core.config import EvalConfig, EvalTaskSpec
     from mosaic_core.evaluate.scoring import MEDICAL_TASKS
@@ -83,7 +106,8 @@ def eval_models(
         raise typer.BadParameter("no task: give --task, --beir, --sts, --heldout or --verses")
     if model_kind not in ("auto", "dense", "sparse"):
         raise typer.BadParameter(f"--model-kind {model_kind!r}: choose auto, dense or sparse")
-    cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable, model_kind=model_kind)
+    cfg = EvalConfig(tasks=tuple(specs), skip_unavailable=skip_unavailable, model_kind=model_kind,
+                     prompts=prompts_option(query_prompt, document_prompt), dims=parse_dims(dims))
     try:
         models = {name: _model(path) for name, path in parse_models(model).items()}
         result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)

@@ -9,8 +9,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cli.common import DataRoot, InputProblem, Wait, _folder, _model, _run, app, console
+from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wait, _folder, _model, _run, app,
+                        console, prompts_option)
 from cli.data import _print_stats
+from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
 from deployments import DEFAULT_CRON
 
@@ -55,15 +57,25 @@ def serve(
     prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
 
 
+def _with_prompts(cfg, prompts: dict):
+    """``cfg`` with a ``prompts:`` section, as if its YAML had it."""
+    from mosaic_core.config import PipelineConfig
+
+    data = cfg.model_dump(mode="json", exclude_defaults=True)
+    return PipelineConfig.load({**data, "base_model": cfg.base_model, "prompts": prompts})
+
+
 def _own_pairs_config(path: str, query_column: str, document_column: str, domain: str | None,
-                      base_model: str | None):
+                      base_model: str | None, prompts: dict | None = None):
     """``mosaic run --pairs``: the pipeline's defaults around a ``pairs:`` source (the path
     relative to the working directory); ``base_model`` also filters the pairs."""
     from mosaic_core.config import PipelineConfig
+    from storage.own_pairs import locate
 
     models = {"base_model": base_model, "filter": {"model": base_model}} if base_model else {}
     return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
-                                "pairs": {"path": str(Path(path).expanduser().resolve()),
+                                **({"prompts": prompts} if prompts is not None else {}),
+                                "pairs": {"path": locate(path, Path.cwd()),
                                           "query_column": query_column, "document_column": document_column}})
 
 
@@ -77,13 +89,17 @@ def run(
                                       "and texts).")] = 0,
     pairs: Annotated[Optional[str], typer.Option(
         help="Your own domain instead of a config: a pairs file, folder or glob (JSONL/JSON, Parquet, CSV/TSV, "
-        "compressed or not; or a Hugging Face save_to_disk folder), with the defaults for everything else.")] = None,
+        "compressed or not; or a Hugging Face save_to_disk folder), or a hub dataset (hf://datasets/OWNER/NAME), "
+        "with the defaults for everything else.")] = None,
     query_column: Annotated[str, typer.Option(help="With --pairs: the query column.")] = "query",
     document_column: Annotated[str, typer.Option(help="With --pairs: the document column.")] = "document",
     domain: Annotated[Optional[str], typer.Option(help="With --pairs: the domain's name, for the model cards.")] = None,
     base_model: Annotated[Optional[str], typer.Option(
         help="With --pairs: the model to adapt, also the filter's model (default thenlper/gte-base; offline: "
         "offline:all-MiniLM-L6-v2).")] = None,
+    query_prompt: QueryPrompt = None,
+    document_prompt: DocumentPrompt = None,
+    mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:
     """Run the whole pipeline: ingest → filter → vocab → train stages → evaluation → publish gate.
@@ -103,8 +119,14 @@ def run(
     root = Path(_folder(data_root))
     if pairs and config:
         raise InputProblem("--pairs and --config: give one (a pairs: section in the config does what --pairs does)")
+    prompts = prompts_option(query_prompt, document_prompt)
     cfg = _pipeline_config(config) if config else _own_pairs_config(pairs, query_column, document_column, domain,
-                                                                      base_model) if pairs else None
+                                                                      base_model, prompts) if pairs else None
+    if prompts is not None and (cfg is None or (config and cfg.prompts is not None)):
+        raise InputProblem("--query-prompt/--document-prompt go with --pairs, or with a --config that has no "
+                           "prompts: section (set them in one place)")
+    if prompts is not None and config:
+        cfg = _with_prompts(cfg, prompts)
     if cfg is not None:
         _model(cfg.base_model)
         _model(cfg.filter.model)
@@ -114,9 +136,12 @@ def run(
                                    "directory you run mosaic from)")
         if cfg.pairs is not None:
             check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
+    tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
+    if cfg is not None and tracking is not None:
+        cfg = cfg.model_copy(update={"tracking": tracking})
     try:
         result = (_run(mosaic_pipeline, cfg, str(root), writes=root, wait=wait) if cfg is not None
-                  else _run(demo_flow, str(root), seed, writes=root, wait=wait))
+                  else _run(demo_flow, str(root), seed, tracking, writes=root, wait=wait))
     except IngestFailed as exc:
         _print_stats(root)
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
@@ -132,4 +157,5 @@ def run(
     out.print(f"[{'green' if decision['published'] else 'yellow'}]{decision['message']}[/]")
     out.print(f"[green]published model:[/green] {result['published_model'] or 'none yet'}")
     out.print(f"[green]report:[/green] {result['report']['html']}")
+    print_tracking(out, root, tracking or (cfg.tracking if cfg is not None else None))
 

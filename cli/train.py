@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import Wait, _folder, _model, _run, app
+from cli.common import DocumentPrompt, QueryPrompt, Wait, _folder, _model, _run, app, prompts_option
+from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from mosaic_core.config import TrainConfig
 
 
@@ -28,9 +29,11 @@ def parse_overrides(items: list[str]) -> tuple[dict, dict[str, dict]]:
 
 
 def build_train_config(preset: str, overrides: list[str], query_column: str, document_column: str,
-                       **run: object) -> TrainConfig:
-
+                       prompts: dict | None = None, **run: object) -> TrainConfig:
+    """The preset's stages with ``--set`` overrides and ``prompts`` (every stage); exit 2 if invalid."""
     common, per_stage = parse_overrides(overrides)
+    if prompts is not None:
+        common["prompts"] = prompts
     try:
         return TrainConfig.preset(preset, common, per_stage, query_column=query_column,
                                   document_column=document_column, **run)
@@ -65,6 +68,9 @@ def train(
     model_kind: Annotated[str, typer.Option(
         help="sparse: train SPLADE (the MLM head's max-pooled log(1+ReLU) logits, dot-product InfoNCE + FLOPS "
         "regulariser) in every stage and save SparseEncoder models.")] = "dense",
+    query_prompt: QueryPrompt = None,
+    document_prompt: DocumentPrompt = None,
+    mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:
     """Stages 2-3: joint domain-restricted MLM + contrastive, then contrastive only (or a preset).
@@ -77,14 +83,16 @@ def train(
     from flows.train import train_flow
 
     cfg = build_train_config(preset, [f"model_kind={model_kind}", *(set_ or [])], query_column, document_column,
-                             heldout_pairs=heldout_pairs,
+                             heldout_pairs=heldout_pairs, prompts=prompts_option(query_prompt, document_prompt),
                              validation_pairs=validation_pairs, merge_weights=tuple(merge or ()))
     from storage.pairs_io import check_pairs_source
 
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
     out_root = _folder(out, "--out")
-    results = _run(train_flow, _model(model), pairs, cfg, out_root, processes, writes=out_root, wait=wait)
+    tracking = mlflow_tracking(mlflow_uri)
+    results = _run(train_flow, _model(model), pairs, cfg, out_root, processes, tracking, writes=out_root, wait=wait)
     _print_stages(results)
+    print_tracking(Console(), Path(out_root), tracking)
 
 
 def _print_stages(results: list[dict], paths: bool = True) -> None:

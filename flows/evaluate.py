@@ -37,11 +37,14 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
         raise EvaluationInputError("unavailable evaluation tasks:\n- " + "\n- ".join(problems))
     # One (model, task) at a time: models are large, and transformers' from_pretrained toggles a
     # process-wide "skip weight init" flag that concurrent loads in threads can leave switched off.
-    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m), cfg.batch_size,
-                                            cfg.model_kind))
-                  for s in specs] for m, p in models.items()}
+    dims = cfg.dims or (None,)  # --dims: each task at each embedding size, named TASK@DIM
+    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m / (f"dim{d}" if d else "")),
+                                            cfg.batch_size, cfg.model_kind,
+                                            cfg.prompts.model_dump() if cfg.prompts else None, d))
+                  for s in specs for d in dims] for m, p in models.items()}
     fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
     checksums = {s.name: task_checksum(s) for s in specs}
+    checksums |= {f"{name}@{d}": c for name, c in list(checksums.items()) for d in cfg.dims or ()}
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
                 **{f"task {s.name}": f"{s.kind} {s.path or ''} ({checksums[s.name]})" for s in specs},
                 "eval config": cfg.config_hash()}

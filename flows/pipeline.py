@@ -26,8 +26,10 @@ from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
+from tasks.export import export_published
 from tasks.publish import decide_and_publish, published_model
 from tasks.report import funnel, run_report, story
+from tasks.tracking import end_run, log_outcome, log_stage, start_run
 
 
 @flow(name="mosaic_pipeline")
@@ -36,6 +38,19 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     evaluation report to ``data_root/report``. The final model is published
     (``data_root/models/current``) only if the publish gate passes: not worse than the base
     model, nor than the model published now, on the gate tasks."""
+    run_id = start_run(cfg.tracking, flow_run.name or "mosaic", {"config": cfg.model_dump(mode="json"),
+                                                                "data_root": data_root},
+                       {"mosaic.prefect_flow_run_id": str(flow_run.id)}) if cfg.tracking.mlflow_uri else None
+    try:
+        result = _pipeline(cfg, data_root, run_id)
+    except BaseException:
+        end_run(cfg.tracking, run_id, "FAILED")
+        raise
+    end_run(cfg.tracking, run_id)
+    return result
+
+
+def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
         root = Path(data_root)
         if cfg.islamic is not None:
@@ -50,27 +65,48 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
                 data_root, cfg.filter, data_root)
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1)
-        stages = train_flow(stage1, data_root, cfg.train, str(root / "models"))
+        if run_id is not None:
+            log_stage(cfg.tracking, run_id, "stage1", stage1, {"vocab": cfg.vocab.model_dump(mode="json"),
+                                                               "tokens_added": vocab["tokens_added"]})
+        stages = train_flow(stage1, data_root, cfg.train, str(root / "models"), tracking=cfg.tracking,
+                            parent_run=run_id)
+        control = (train_flow(cfg.base_model, data_root, cfg.train.control(), str(root / "models" / "control"),
+                              tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"] if cfg.control else None)
         tasks = cfg.eval_specs(data_root)
         final = stages[-1]["stage"]
         published = published_model(data_root)
-        models = {"base": cfg.base_model, "stage1": stage1, **{s["stage"]: s["out_dir"] for s in stages},
-                  **({"published": published} if published else {})}
+        models = {"base": cfg.base_model, "stage1": stage1, **({"control": control} if control else {}),
+                  **{s["stage"]: s["out_dir"] for s in stages}, **({"published": published} if published else {})}
         # A sparse run scores the base as SPLADE too (on its masked-LM head): like for like.
-        eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto")
+        eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
+                              prompts=cfg.prompts)  # the base scored with what it is trained with
         report = eval_flow(models, eval_cfg, str(root / "report"), data_root)
-        write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain)
+        if dims := cfg.train.stages[-1].matryoshka_dims:  # the final model cut to each size, against the base's
+            cut = eval_flow({m: models[m] for m in ("base", final)}, eval_cfg.model_copy(update={"dims": dims}),
+                            str(root / "report" / "dims"), data_root)
+            report["scores"] = {m: ss + cut["scores"].get(m, []) for m, ss in report["scores"].items()}
+        write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
+                          "control" if control else None)
         decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
-                                      ["base", *(["published"] if published else [])], cfg.gate_tasks(),
+                                      ["base", *(["published"] if published else []),
+                                       *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
                                       cfg.gate.tolerance, data_root, cfg.gate.publish)
+        exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
+                                    cfg.train.document_column) if cfg.export else [])
+        story_funnel = funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
+                              "pubmed" if cfg.pairs is None else "pairs")
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
-            funnel=funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
-                          "pubmed" if cfg.pairs is None else "pairs"),
+            funnel=story_funnel,
             task_words={t.name: t.description for t in tasks if t.description},
-            metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()}),
+            metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()},
+            control="control" if control else None),
             str(root / "report"))
         kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
+        if run_id is not None:
+            log_outcome(cfg.tracking, run_id, report["scores"], decision, report_paths, stages[-1]["out_dir"],
+                        {"tokens_added": vocab["tokens_added"], "pairs_kept": kept, "pairs_filtered": total,
+                         "funnel": {step: n for step, n, _ in story_funnel}})
         create_markdown_artifact(
             key="pipeline-summary",
             markdown=(f"**{kept:,} of {total:,} pairs** kept by the filter; **{vocab['tokens_added']:,} tokens** "
@@ -81,4 +117,4 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
         return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report_paths,
                 "scores": report["scores"],
                 "final_model": stages[-1]["out_dir"], "decision": decision,
-                "published_model": decision["published_path"] or decision["previous"]}
+                "published_model": decision["published_path"] or decision["previous"], "exports": exports}

@@ -7,9 +7,10 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from mosaic_core.config import TrainConfig
+from mosaic_core.config import TrackingConfig, TrainConfig
 from storage.lock import root_lock
 from tasks.negatives import with_hard_negatives
+from tasks.tracking import end_run, log_stage, start_run
 from tasks.train import default_processes, merge_task_for, train_stage_for
 
 
@@ -30,13 +31,19 @@ def stage_rows(results: list[dict]) -> list[dict]:
 
 @flow(name="train")
 def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
-               processes: int | None = None) -> list[dict]:
+               processes: int | None = None, tracking: TrackingConfig | None = None,
+               parent_run: str | None = None) -> list[dict]:
     """Run ``cfg.stages`` from ``input_model`` (a stage-1 output for domain-token MLM) on the
     pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``, the optional merge step
     ``out_root/<n+1>-merge``. A stage reads its own ``pairs`` when it names them (seed 004's
     general-then-domain training), else the run's. A completed stage comes from cache; a failed
     one resumes from its last checkpoint when the flow is run again. Stages needing hard
-    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.jsonl``)."""
+    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.jsonl``).
+    With ``tracking.mlflow_uri``, each stage is a nested MLflow run of ``parent_run`` (the
+    pipeline's), or of a run of its own."""
+    own = tracking is not None and tracking.mlflow_uri is not None and parent_run is None
+    run_id = start_run(tracking, "train", {"train": cfg.model_dump(mode="json"), "input_model": input_model,
+                                           "pairs": pairs_source}) if own else parent_run
     with root_lock(out_root, "train flow"):
         results, model, mined = [], input_model, {}
         for i, stage in enumerate(cfg.stages):
@@ -47,13 +54,18 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
                 if key not in mined:
                     mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
                                                      (stage.query_max_length, stage.document_max_length),
-                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"))
+                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"),
+                                                     stage.prompts.model_dump() if stage.prompts else None)
                 source = mined[key]
             results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))
             model = out
+            if run_id is not None:
+                log_stage(tracking, run_id, stage.name, out, {"pairs_source": source, "pairs": results[-1]["pairs"]})
         if cfg.merge_weights:
             results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
                 input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
         create_table_artifact(key="training-stages", table=stage_rows(results),
                               description="Training stages: final losses and held-out retrieval")
+        if own:
+            end_run(tracking, run_id)
         return results

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import uuid
 from functools import lru_cache
@@ -120,17 +121,20 @@ def record_history(data_root: str, records: list[dict]) -> str:
 
 
 @task(name="model-cards", cache_policy=NO_CACHE)
-def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], base: str, domain: str) -> list[str]:
+def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], base: str, domain: str,
+                      control: str | None = None) -> list[str]:
     """Rewrite the card of every MOSAIC-made model among ``models`` with its scores next to the
-    ``base`` model's; returns the cards written."""
+    ``base`` model's (and the ``control``'s, when the run trained one); returns the cards written."""
     by_model = {m: {s["task"]: s for s in ss} for m, ss in scores.items()}
     written = []
     for name, path in models.items():
         resolved = Path(resolve_model(path))
         if name == base or not (read_vocab_report(resolved) or read_stage_record(resolved)):
             continue
-        mine = {t: {"metric": s["metric"], "value": s["value"],
-                    "base": by_model.get(base, {}).get(t, {}).get("value")} for t, s in by_model.get(name, {}).items()}
+        mine = {t: {"metric": s["metric"], "value": s["value"], "dim": s.get("dim"),
+                    "base": by_model.get(base, {}).get(t, {}).get("value"),
+                    **({"control": by_model.get(control, {}).get(t, {}).get("value")}
+                       if control and name != control else {})} for t, s in by_model.get(name, {}).items()}
         write_card(resolved, card.render(card.facts(str(resolved), domain, mine)))
         written.append(str(resolved / MODEL_CARD))
     return written
@@ -140,15 +144,19 @@ def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], bas
 def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return cache_key("eval", model_fingerprint(resolve_model(parameters["model_path"])),
                      task_checksum(parameters["spec"]), CODE_VERSION, str(parameters["batch_size"]),
-                     parameters["model_kind"])
+                     parameters["model_kind"], json.dumps(parameters.get("prompts"), sort_keys=True),
+                     *([f"dim{parameters['dim']}"] if parameters.get("dim") is not None else []))
 
 
 @task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
       persist_result=True, result_serializer=SERIALIZER, retries=0)
 def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64,
-                  model_kind: str = "auto") -> dict:
-    """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10)."""
-    score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size, model_kind)
-    score.task = spec.name
+                  model_kind: str = "auto", prompts: dict | None = None, dim: int | None = None) -> dict:
+    """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10).
+    ``prompts``: the query and document prompts (None: what the model declares). ``dim``: the
+    embeddings cut to that many dimensions (renormalised); the score is then named TASK@DIM."""
+    score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size, model_kind,
+                                  prompts=prompts, dim=dim)
+    score.task = spec.name if dim is None else f"{spec.name}@{dim}"
     log.info("%s on %s: %s = %.4f", model_name, spec.name, score.metric, score.value)
     return dataclasses.asdict(score)

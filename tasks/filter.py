@@ -17,8 +17,9 @@ from prefect.context import TaskRunContext
 
 from mosaic_core.config import FilterConfig
 from mosaic_core.data import consistency
-from mosaic_core.modeling import encode
+from mosaic_core.modeling import encode, export
 from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.prompts import resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from storage import schemas
@@ -34,6 +35,7 @@ from tasks.results import SERIALIZER, json_only
 log = logging.getLogger(__name__)
 STAGE = "filter"
 ENCODE_VERSION = code_version(encode)
+EXPORT_VERSION = code_version(export)
 FILTER_VERSION = code_version(consistency)
 
 
@@ -50,17 +52,34 @@ class EncodedPartition:
 _LOAD_LOCK = threading.Lock()
 
 
-def _encoder(model: str, precision: str, batch_tokens: int | None) -> encode.Encoder:
+def _encoder(model: str, precision: str, batch_tokens: int | None, prompts: object | None,
+             backend: str = "torch", root: str | None = None) -> encode.Encoder:
     """One loaded model per worker process, reused by every partition it encodes. Loads are
     serialised: transformers' from_pretrained patches torch.nn.init process-wide while it
-    loads, and two loads in threads can leave it patched."""
+    loads, and two loads in threads can leave it patched; and an ONNX ``backend`` exports the
+    model once, into ``root``'s cache, before the first partition encodes."""
+    if backend != "torch":
+        export.require_extra(backend)  # before any work: the error names the install command
     with _LOAD_LOCK:
-        return _load_encoder(model, precision, batch_tokens)
+        if backend == "torch":
+            return _load_encoder(model, precision, batch_tokens, prompts)
+        if root is None:
+            raise ValueError(f"backend {backend!r} needs the data root (its cache/onnx holds the export)")
+        return _load_exported(model, backend, batch_tokens, prompts, str(DataLayout(root).onnx_cache_dir))
 
 
 @lru_cache(maxsize=1)
-def _load_encoder(model: str, precision: str, batch_tokens: int | None) -> encode.Encoder:
-    return encode.Encoder.load(model, normalize=True, precision=precision, batch_tokens=batch_tokens)  # cosine
+def _load_encoder(model: str, precision: str, batch_tokens: int | None, prompts: object | None) -> encode.Encoder:
+    return encode.Encoder.load(model, normalize=True, precision=precision, batch_tokens=batch_tokens,  # cosine
+                               prompts=prompts)
+
+
+@lru_cache(maxsize=1)
+def _load_exported(model: str, backend: str, batch_tokens: int | None, prompts: object | None,
+                   cache_dir: str) -> encode.Encoder:
+    folder = export.cached_export(model, backend, cache_dir)
+    return export.exported_encoder(folder, normalize=True, batch_tokens=batch_tokens,  # cosine
+                                   prompts=resolve_prompts(resolve_model(model), prompts))  # as Encoder.load
 
 
 @task(name="list-pair-partitions", cache_policy=NO_CACHE)
@@ -73,6 +92,7 @@ def _encode_key(context: TaskRunContext, p: dict) -> str:
     cfg: FilterConfig = p["cfg"]
     return cache_key("encode", p["part"].checksum, cfg.encoding_hash(),
                                model_fingerprint(resolve_model(cfg.model)), ENCODE_VERSION,
+                               *((EXPORT_VERSION,) if cfg.backend != "torch" else ()),
                                str(DataLayout(p["root"]).root))
 
 
@@ -80,10 +100,10 @@ def _encode_key(context: TaskRunContext, p: dict) -> str:
       retries=0, task_run_name="encode-{part.name}")
 def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
     """Embed a partition's queries and documents; store them (float16) for every later filter."""
+    enc = _encoder(cfg.model, cfg.precision, cfg.batch_tokens, cfg.prompts, cfg.backend, root)
     rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
-    enc = _encoder(cfg.model, cfg.precision, cfg.batch_tokens)
-    queries = enc.with_max_length(cfg.query_max_length).encode(rows.queries, cfg.batch_size)
-    docs = enc.with_max_length(cfg.document_max_length).encode(rows.documents, cfg.batch_size)
+    queries = enc.with_max_length(cfg.query_max_length).encode(rows.queries, cfg.batch_size, kind="query")
+    docs = enc.with_max_length(cfg.document_max_length).encode(rows.documents, cfg.batch_size, kind="document")
     path = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name)
     save_embeddings(path, queries, docs)
     log.info("%s: encoded %d pairs (%s bad rows)", part.name, len(rows.queries), sum(rows.bad.values()))

@@ -3,6 +3,7 @@ filter's own search (:func:`mosaic_core.data.consistency.consistency_filter`).""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -30,28 +31,29 @@ MINE_CHUNK = 1_000_000
 def _mine_key(context: TaskRunContext, p: dict) -> str:
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
                      p["query_column"], p["document_column"], str(p["negatives"]), str(p["lengths"]), CODE_VERSION,
-                     str(Path(p["out_path"]).resolve()))
+                     str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True))
 
 
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
-                        lengths: tuple[int, int], out_path: str) -> str:
+                        lengths: tuple[int, int], out_path: str, prompts: dict | None = None) -> str:
     """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives
     (a filtered data root, or a file with negative columns), else ``out_path``, written here:
     its pairs with up to ``negatives`` hard negatives each (``negatives`` column), found by
     ``model`` as the consistency filter finds them, reading queries and documents cut at the
-    stage's ``lengths`` (query, document) — as the stage will read them."""
+    stage's ``lengths`` (query, document), with its ``prompts`` (None: what ``model`` declares)
+    — as the stage will read them."""
     rows, _ = read_examples(pairs_source, query_column, document_column)
     if any(len(r) > 2 for r in rows):
         return pairs_source
     queries, docs = [r[0] for r in rows], [r[1] for r in rows]
-    enc = Encoder.load(model, normalize=True)
+    enc = Encoder.load(model, normalize=True, prompts=prompts)
     log.info("mining hard negatives for %d pairs of %s with %s: encoding the queries (%d tokens) and documents "
              "(%d tokens)", len(rows), pairs_source, model, *lengths)
     t0 = time.perf_counter()
-    q = enc.with_max_length(lengths[0]).encode(queries, progress=True)
+    q = enc.with_max_length(lengths[0]).encode(queries, progress=True, kind="query")
     log.info("mining: queries encoded in %.0f s; encoding the documents", time.perf_counter() - t0)
-    d = enc.with_max_length(lengths[1]).encode(docs, progress=True)
+    d = enc.with_max_length(lengths[1]).encode(docs, progress=True, kind="document")
     log.info("mining: documents encoded in %.0f s; searching", time.perf_counter() - t0)
     out, found = [], 0
     for lo in range(0, len(rows), MINE_CHUNK):

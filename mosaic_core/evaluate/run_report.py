@@ -40,6 +40,8 @@ class RunStory:
     task_words: dict[str, str] = field(default_factory=dict)
     """task → what it asks, in words a newcomer understands."""
     metadata: dict = field(default_factory=dict)
+    control: str | None = None
+    """The plain fine-tuning control's name in ``scores``, when the run trained one."""
 
     @cached_property
     def differences(self) -> list[dict]:
@@ -47,29 +49,46 @@ class RunStory:
         bootstrapped once, for the headline, the report's table and results.json."""
         return paired_differences(self.scores, reference=self.base)
 
+    @cached_property
+    def control_differences(self) -> list[dict]:
+        """The candidate against the control, per query (empty without a control)."""
+        if self.control is None or self.control not in self.scores:
+            return []
+        pair = {m: self.scores[m] for m in (self.control, self.candidate)}
+        return paired_differences(pair, reference=self.control)
+
 
 def headline(story: RunStory) -> list[str]:
-    """Sentences: the candidate against the base, task by task, in plain words, with the paired
-    interval of the difference where the task is scored per query."""
+    """Sentences: the candidate against the base (and the control, when the run trained one),
+    task by task, in plain words, with the paired interval of the difference where the task is
+    scored per query."""
+    lines = _against(story, story.base, "the base", "the base model", story.differences)
+    if story.control is not None:
+        lines += _against(story, story.control, "the control", "plain fine-tuning of the base (the control)",
+                          story.control_differences)
+    return lines
+
+
+def _against(story: RunStory, reference: str, short: str, long: str, differences: list[dict]) -> list[str]:
     _, tasks, values = grid(story.scores)
-    intervals = {d["task"]: d for d in story.differences if d["model"] == story.candidate}
+    intervals = {d["task"]: d for d in differences if d["model"] == story.candidate}
     lines = []
     for task in tasks:
-        mine, base = values.get((story.candidate, task)), values.get((story.base, task))
-        if mine is None or base is None:
+        mine, ref = values.get((story.candidate, task)), values.get((reference, task))
+        if mine is None or ref is None:
             continue
         what = story.task_words.get(task, f"on {task}")
-        verdict = ("better than the base" if mine > base else "no better than the base" if mine == base
-                   else "worse than the base")
-        change = f"{100 * (mine - base):+.1f}"
+        verdict = (f"better than {short}" if mine > ref else f"no better than {short}" if mine == ref
+                   else f"worse than {short}")
+        change = f"{100 * (mine - ref):+.1f}"
         d = intervals.get(task)
         if d:
             change += f"; 95 % interval {100 * d['low']:+.1f} to {100 * d['high']:+.1f} over {d['queries']} queries"
-            if d["low"] <= 0 <= d["high"] and mine != base:
-                verdict = (f"{'above' if mine > base else 'below'} the base by less than these queries can tell "
+            if d["low"] <= 0 <= d["high"] and mine != ref:
+                verdict = (f"{'above' if mine > ref else 'below'} {short} by less than these queries can tell "
                            "from no change")
-        lines.append(f"**{task}** — {what}: the adapted model scores **{100 * mine:.1f}**, the base model "
-                     f"{100 * base:.1f} ({change}): {verdict}.")
+        lines.append(f"**{task}** — {what}: the adapted model scores **{100 * mine:.1f}**, {long} "
+                     f"{100 * ref:.1f} ({change}): {verdict}.")
     return lines
 
 
@@ -159,6 +178,7 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     lines = ["# MOSAIC run report", "", *(f"- {h}" for h in headline(story)), "", *_decision(story.decision),
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
              *([differences_table(differences), ""] if differences else []),
+             *([differences_table(story.control_differences), ""] if story.control_differences else []),
              *_funnel(story), *_stage1(story.vocab), "## Charts", "",
              *(f"![{p.stem}]({p.name})" for p in images), "",
              "## Run metadata", "", *(f"- **{k}**: `{v}`" for k, v in story.metadata.items()), ""]
@@ -167,6 +187,7 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     (out_dir / "report.html").write_text(_html(md, out_dir))
     (out_dir / "results.json").write_text(json.dumps(
         {"metadata": story.metadata, "decision": story.decision, "differences": differences,
+         "control_differences": story.control_differences,
          "scores": {m: [s.__dict__ for s in ss] for m, ss in story.scores.items()}}, indent=1))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}
 

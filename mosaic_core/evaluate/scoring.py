@@ -34,6 +34,8 @@ class TaskScore:
     n: int = 0
     scores: dict[str, float] = field(default_factory=dict)
     per_query: dict[str, float] | None = None
+    dim: int | None = None
+    """The embeddings were cut to their first ``dim`` components (Matryoshka); None: whole."""
 
 
 def _metadata(name: str, kind: str, main_score: str, description: str):
@@ -149,23 +151,54 @@ def per_query_ndcg10(predictions: Path, qrels: dict[str, dict[str, int]],
     return {q: s["ndcg_cut_10"] for q, s in evaluator.evaluate(runs).items()}
 
 
-def load_scored_model(model_path: str, kind: str = "auto"):
+def load_scored_model(model_path: str, kind: str = "auto", prompts: dict | None = None, dim: int | None = None):
     """What mteb scores: a ``SentenceTransformer``, or a ``SparseEncoder`` for a sparse model
-    (``auto``: when the model is one; ``sparse``: also SPLADE on a plain masked-LM checkpoint)."""
+    (``auto``: when the model is one; ``sparse``: also SPLADE on a plain masked-LM checkpoint).
+    Its query and document prompts (``prompts``, else what it declares under any of the names
+    :mod:`~mosaic_core.modeling.prompts` knows) are set as ``query`` and ``document``, the
+    names mteb applies to a retrieval task's queries and documents. ``dim``: a dense model's
+    embeddings cut to their first ``dim`` components and compared by cosine (the prefixes
+    renormalised, as a Matryoshka model is trained and used)."""
     from sentence_transformers import SentenceTransformer
 
+    from mosaic_core.modeling.prompts import DOCUMENT_NAMES, QUERY_NAMES, resolve_prompts
     from mosaic_core.modeling.sparse import is_sparse_model, sparse_encoder
 
     if kind == "sparse" or (kind == "auto" and is_sparse_model(model_path)):
-        return sparse_encoder(model_path, device=None)
-    return SentenceTransformer(model_path, device=None)
+        model = sparse_encoder(model_path, device=None)
+    else:
+        model = SentenceTransformer(model_path, device=None)
+    if dim is not None:
+        truncate(model, dim, model_path)
+    chosen = resolve_prompts(model_path, prompts)
+    others = {k: v for k, v in (model.prompts or {}).items() if k not in QUERY_NAMES + DOCUMENT_NAMES}
+    model.prompts = {**others, **{k: v for k, v in chosen.as_dict().items() if v}}
+    if model.default_prompt_name not in model.prompts:
+        model.default_prompt_name = None
+    return model
 
 
-def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind: str = "auto") -> TaskScore:
+def truncate(model, dim: int, model_path: str) -> None:
+    """Make ``model`` (a ``SentenceTransformer``) encode to its first ``dim`` components, scored by
+    cosine; a clear error for a sparse model or a ``dim`` above the embedding size."""
+    from sentence_transformers import SentenceTransformer
+
+    if not isinstance(model, SentenceTransformer):
+        raise ValueError(f"{model_path} is a sparse (SPLADE) model: its dimensions are vocabulary entries and "
+                         "cannot be cut; score it without --dims")
+    size = model.get_embedding_dimension()
+    if dim > size:
+        raise ValueError(f"--dims {dim}: {model_path} has {size}-d embeddings; give dimensions of at most {size}")
+    model.truncate_dim = dim
+    model.similarity_fn_name = "cosine"  # the prefixes renormalised, whatever the model's own function
+
+
+def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind: str = "auto",
+               prompts: dict | None = None, dim: int | None = None) -> TaskScore:
     """Run ``task`` with the model at ``model_path`` (:func:`load_scored_model`) through ``mteb.evaluate``."""
     import mteb
 
-    model = load_scored_model(model_path, kind)
+    model = load_scored_model(model_path, kind, prompts, dim)
     work_dir.mkdir(parents=True, exist_ok=True)
     task.load_data()
     first_split = task.metadata.eval_splits[0]
@@ -185,4 +218,4 @@ def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind
         per_query = per_query_ndcg10(pred, qrels, task.ignore_identical_ids)
         n = len(per_query)
     numbers = {k: float(v) for k, v in main.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-    return TaskScore(name, task.metadata.main_score, float(main["main_score"]), n, numbers, per_query)
+    return TaskScore(name, task.metadata.main_score, float(main["main_score"]), n, numbers, per_query, dim)

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from mosaic_core.modeling.modeldir import read_stage_record, read_vocab_report
+from mosaic_core.modeling.prompts import Prompts, declared_prompts
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 HUB_NAMES = {OFFLINE_MODEL: "sentence-transformers/all-MiniLM-L6-v2"}
@@ -27,8 +28,11 @@ class CardFacts:
     vocab: dict | None = None
     stages: list[dict] = field(default_factory=list)
     scores: dict[str, dict] = field(default_factory=dict)
-    """task → {"metric", "value", "base"}: the model's main score and its base's, 0–1."""
+    """task → {"metric", "value", "base"}: the model's main score and its base's, 0–1; and "dim" for a
+    score of embeddings cut to that many dimensions (``mosaic eval --dims``, task named TASK@DIM)."""
     datasets: list[str] = field(default_factory=list)
+    prompts: Prompts = field(default_factory=Prompts)
+    """The query and document prompts the model declares (and was trained with)."""
 
 
 def lineage(model_dir: str) -> tuple[dict | None, list[dict]]:
@@ -46,7 +50,7 @@ def facts(model_dir: str, domain: str, scores: dict[str, dict] | None = None, da
     vocab, stages = lineage(model_dir)
     base = (vocab or {}).get("base_model") or (stages[0]["input_model"] if stages else "unknown")
     return CardFacts(Path(model_dir).name, HUB_NAMES.get(base, base), domain, vocab, stages, scores or {},
-                     datasets or [])
+                     datasets or [], declared_prompts(model_dir))
 
 
 def _metadata(f: CardFacts) -> dict:
@@ -92,13 +96,43 @@ def _stage_rows(stages: list[dict]) -> list[str]:
     return rows
 
 
+def _dims_rows(scores: dict[str, dict]) -> list[str]:
+    """Task × dimension (this model, ×100) of the scores of cut embeddings; none without any."""
+    cut = {t: s for t, s in scores.items() if s.get("dim") is not None}
+    if not cut:
+        return []
+    dims = sorted({s["dim"] for s in cut.values()}, reverse=True)
+    tasks: dict[str, dict[int, float]] = {}
+    for t, s in cut.items():
+        tasks.setdefault(t.removesuffix(f"@{s['dim']}"), {})[s["dim"]] = s["value"]
+    return ["### Truncated embeddings", "",
+            "The first d dimensions of each embedding, renormalised (`model.encode(..., truncate_dim=d)`, cosine):",
+            "", "| task | " + " | ".join(f"{d} d" for d in dims) + " |", "| --- |" + " ---: |" * len(dims),
+            *(f"| {t} | " + " | ".join(f"{100 * v[d]:.2f}" if d in v else "–" for d in dims) + " |"
+              for t, v in tasks.items()), ""]
+
+
 def _score_rows(scores: dict[str, dict]) -> list[str]:
-    rows = ["| task | metric | this model | base | Δ |", "| --- | --- | ---: | ---: | ---: |"]
+    """This model against the base (and the control: plain fine-tuning of the base on the same
+    pairs and budget, when the run trained one)."""
+    references = ["base", *(["control"] if any("control" in s for s in scores.values()) else [])]
+    rows = ["| task | metric | this model | " + " | ".join(f"{r} | Δ" for r in references) + " |",
+            "| --- | --- | ---: |" + " ---: | ---: |" * len(references)]
     for task, s in scores.items():
-        base = s.get("base")
-        rows.append(f"| {task} | {s['metric']} | {100 * s['value']:.2f} | "
-                    + (f"{100 * base:.2f} | {100 * (s['value'] - base):+.2f} |" if base is not None else "– | – |"))
+        if s.get("dim") is not None:
+            continue  # in the truncated-embeddings table
+        cells = [f"{100 * s[r]:.2f} | {100 * (s['value'] - s[r]):+.2f}" if s.get(r) is not None else "– | –"
+                 for r in references]
+        rows.append(f"| {task} | {s['metric']} | {100 * s['value']:.2f} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _usage(prompts: Prompts) -> list[str]:
+    if not prompts:
+        return ['embeddings = model.encode(["a domain query", "a domain document"], normalize_embeddings=True)']
+    named = lambda kind: f', prompt_name="{kind}"' if prompts.prefix(kind) else ""  # noqa: E731
+    return [f'queries = model.encode(["a domain query"]{named("query")}, normalize_embeddings=True)',
+            f'documents = model.encode(["a domain document"]{named("document")}, normalize_embeddings=True)']
 
 
 def render(f: CardFacts, usage_path: str | None = None) -> str:
@@ -106,7 +140,7 @@ def render(f: CardFacts, usage_path: str | None = None) -> str:
     usage = usage_path or f.name
     lines = ["---", yaml.safe_dump(_metadata(f), sort_keys=False).rstrip(), "---", "",
              f"# {f.name}: {f.base_model} adapted to {f.domain}", "",
-             f"A sentence-embedding model made by [MOSAIC](https://github.com/) from `{f.base_model}`: "
+             f"A sentence-embedding model made by MOSAIC from `{f.base_model}`: "
              "its vocabulary extended with the domain's words, then trained on the domain's "
              "(query, document) pairs (domain-restricted MLM + contrastive, then contrastive).", "",
              "## Domain vocabulary", "", *_vocab_section(f.vocab), ""]
@@ -115,11 +149,12 @@ def render(f: CardFacts, usage_path: str | None = None) -> str:
                   f"Pairs seen: {f.stages[-1]['result'].get('pairs', 0):,}. Each stage keeps its best checkpoint on "
                   "validation pairs held out of training.", ""]
     lines += ["## Use", "", "```python", "from sentence_transformers import SentenceTransformer", "",
-              f'model = SentenceTransformer("{usage}")',
-              'embeddings = model.encode(["a domain query", "a domain document"], normalize_embeddings=True)',
-              "```", ""]
+              f'model = SentenceTransformer("{usage}")', *_usage(f.prompts), "```", ""]
+    if f.prompts:
+        lines += [f"The model was trained with the prompts {f.prompts.query!r} before queries and "
+                  f"{f.prompts.document!r} before documents; `prompt_name` adds them (mteb applies them too).", ""]
     if f.scores:
-        lines += ["## Evaluation (main score × 100)", "", *_score_rows(f.scores), ""]
+        lines += ["## Evaluation (main score × 100)", "", *_score_rows(f.scores), "", *_dims_rows(f.scores)]
     lines += ["## Limits", "",
               "- Trained for one domain: outside it, expect the base model's quality at best.",
               "- Scores are on the tasks above only; the held-out pairs come from the same corpus as training.",

@@ -23,6 +23,7 @@ from mosaic_core.modeling.encode import Pooling, pool, read_st_pooling
 from mosaic_core.modeling.heads import checkpoint_transform, masked_lm_with_head
 from mosaic_core.modeling.losses import IGNORE, domain_mlm_loss, full_mlm_loss, mask_tokens
 from mosaic_core.modeling.modeldir import load_head, save_head
+from mosaic_core.modeling.prompts import Prompts, prompt_positions
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.modeling.sparse import ModelKind, save_sparse, splade
 
@@ -165,7 +166,8 @@ def save_model(model: DualEncoder, template: str, out_dir: Path) -> None:
 @dataclass
 class PairCollator:
     """(query, document, *hard negatives) texts → tokenised queries, documents masked at domain
-    tokens, and up to ``negatives`` hard-negative documents per pair (never masked).
+    tokens, and up to ``negatives`` hard-negative documents per pair (never masked). Each text
+    gets its ``prompts`` prefix first; a document's prompt tokens are never masked.
 
     ``domain_ids`` None selects all-token masking (the ablation): any non-special token."""
 
@@ -176,6 +178,7 @@ class PairCollator:
     mlm_probability: float = 0.15
     generator: torch.Generator | None = None
     negatives: int = 0
+    prompts: Prompts = Prompts()
 
     def __post_init__(self) -> None:
         vocab = len(self.tokenizer)
@@ -187,6 +190,7 @@ class PairCollator:
         if self.domain_ids is not None:
             self._candidate[self.domain_ids] = True
             self._candidate &= ~self._special
+        self._prompt_positions = prompt_positions(self.tokenizer, self.prompts.document)
         self._encoders = {n: _fixed_encoder(self.tokenizer, n)
                           for n in {self.query_max_length, self.document_max_length}}
 
@@ -202,15 +206,17 @@ class PairCollator:
     def __call__(self, batch: list[tuple[str, ...]],
                  generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """Collate ``batch``; masks draw from ``generator`` (default: the collator's own)."""
-        queries, docs = [item[0] for item in batch], [item[1] for item in batch]
+        queries = self.prompts.apply([item[0] for item in batch], "query")
+        docs = self.prompts.apply([item[1] for item in batch], "document")
         query_ids, query_mask = self._encode(queries, self.query_max_length)
         doc_ids, doc_mask = self._encode(docs, self.document_max_length)
         candidates = self._candidate[doc_ids] & doc_mask.bool()
+        candidates[:, :self._prompt_positions] = False
         masked, labels = mask_tokens(doc_ids, candidates, self.tokenizer.mask_token_id, self._random_ids,
                                      self.mlm_probability, generator or self.generator)
         out = {"query_ids": query_ids, "query_mask": query_mask, "doc_ids": masked, "doc_mask": doc_mask,
                "labels": labels}
-        negatives = [n for item in batch for n in item[2: 2 + self.negatives]]
+        negatives = self.prompts.apply([n for item in batch for n in item[2: 2 + self.negatives]], "document")
         if negatives:
             out["neg_ids"], out["neg_mask"] = self._encode(negatives, self.document_max_length)
         return out

@@ -3,9 +3,10 @@
 Pooling and normalisation come from the model's sentence-transformers files when it has them
 (``1_Pooling/config.json``, a ``Normalize`` module in ``modules.json``) and from explicit
 arguments otherwise. Texts are encoded in order of token length, so a batch pads to its own
-longest text, and results come back in input order. On CUDA, and on CPUs with native bf16
-(AVX512-BF16 / AMX), the forward pass runs under bf16 autocast; pooling and normalisation run
-in fp32.
+longest text, and results come back in input order. A query or a document gets the model's
+prompt in front (:mod:`mosaic_core.modeling.prompts`: what the model declares, or an override).
+On CUDA, and on CPUs with native bf16 (AVX512-BF16 / AMX), the forward pass runs under bf16
+autocast; pooling and normalisation run in fp32.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
+from mosaic_core.modeling.prompts import Kind, Prompts, resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.modeling.sparse import is_sparse_module
 
@@ -98,7 +100,7 @@ def max_positions(config) -> int:
 
 @dataclass
 class Encoder:
-    """``Encoder.load(model)`` then ``encode(texts) -> float32 [n, d]``."""
+    """``Encoder.load(model)`` then ``encode(texts, kind="query") -> float32 [n, d]``."""
 
     model: torch.nn.Module
     tokenizer: object
@@ -108,6 +110,7 @@ class Encoder:
     autocast_dtype: torch.dtype | None
     max_length: int = 256
     batch_tokens: int | None = None
+    prompts: Prompts = Prompts()
 
     @classmethod
     def load(
@@ -119,9 +122,11 @@ class Encoder:
         precision: Precision = "auto",
         device: str = "auto",
         batch_tokens: int | None = None,
+        prompts: object | None = None,
     ) -> Encoder:
         """``batch_tokens``: padded tokens per batch instead of a number of texts (see
-        :meth:`encode`); default: :data:`GPU_BATCH_TOKENS` on CUDA, a number of texts on CPU."""
+        :meth:`encode`); default: :data:`GPU_BATCH_TOKENS` on CUDA, a number of texts on CPU.
+        ``prompts``: a ``PromptsConfig`` overriding what the model declares."""
         resolved = resolve_model(model)
         st_pooling, st_normalize = read_st_pooling(resolved) if Path(resolved).is_dir() else (None, None)
         dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
@@ -131,21 +136,25 @@ class Encoder:
         return cls(net, tok, pooling or st_pooling or "mean",
                    normalize if normalize is not None else bool(st_normalize), dev,
                    resolve_precision(precision, dev), min(max_length, max_positions(net.config)),
-                   batch_tokens or (GPU_BATCH_TOKENS if dev.type == "cuda" else None))
+                   batch_tokens or (GPU_BATCH_TOKENS if dev.type == "cuda" else None),
+                   resolve_prompts(resolved, prompts))
 
     def with_max_length(self, max_length: int) -> Encoder:
         """This encoder truncating at ``max_length`` tokens (at most the model's positions)."""
         return dataclasses.replace(self, max_length=min(max_length, max_positions(self.model.config)))
 
     @torch.inference_mode()
-    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        """Embeddings of ``texts`` in input order, ``float32 [len(texts), d]``.
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False,
+               kind: Kind | None = None) -> np.ndarray:
+        """Embeddings of ``texts`` in input order, ``float32 [len(texts), d]``; ``kind`` ``query``
+        or ``document`` puts that prompt in front of each text.
 
         Texts go longest first, so an out-of-memory shows on the first batch. A batch holds
         ``batch_size`` texts, or with ``batch_tokens`` set as many texts as fit that many padded
         tokens (short texts make big batches: the GPU setting). On out-of-memory the batch
         size or token budget halves and the batch is retried."""
         max_tokens = self.batch_tokens
+        texts = self.prompts.apply(texts, kind)
         lengths = np.asarray([len(ids) for ids in self.tokenizer(
             texts, truncation=True, max_length=self.max_length, add_special_tokens=True)["input_ids"]])
         order = np.argsort(lengths, kind="stable")[::-1]

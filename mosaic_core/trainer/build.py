@@ -16,6 +16,7 @@ from mosaic_core.modeling.dual_encoder import DualEncoder, PairCollator, build_m
 from mosaic_core.modeling.encode import max_positions, resolve_precision
 from mosaic_core.modeling.losses import JointLoss
 from mosaic_core.modeling.modeldir import DOMAIN_IDS, read_domain_ids
+from mosaic_core.modeling.prompts import Prompts, resolve_prompts
 from mosaic_core.modeling.sparse import is_sparse_dir
 from mosaic_core.trainer.data import BatchPlan, PairSet
 
@@ -110,7 +111,17 @@ def build_scheduler(optimizer: torch.optim.Optimizer, stage: StageConfig, total:
 def build_loss(stage: StageConfig) -> JointLoss:
     """The stage's loss: cosine InfoNCE for a dense model, SPLADE's dot product + FLOPS for a sparse one."""
     flops = (stage.flops_query, stage.flops_document) if stage.model_kind == "sparse" else None
-    return JointLoss(stage.alpha, stage.scale, stage.symmetric, flops)
+    matryoshka = (stage.matryoshka_dims, stage.matryoshka_weights) if stage.matryoshka_dims else None
+    return JointLoss(stage.alpha, stage.scale, stage.symmetric, flops, matryoshka)
+
+
+def check_matryoshka(stage: StageConfig, model: DualEncoder, input_model: str) -> None:
+    """Matryoshka dimensions are prefixes of the pooled embedding: none may exceed its size."""
+    size = model.encoder.config.hidden_size
+    if stage.matryoshka_dims and max(stage.matryoshka_dims) > size:
+        raise StageInputError(f"stage {stage.name!r}: matryoshka_dims {list(stage.matryoshka_dims)} exceed the "
+                              f"{size}-d embeddings of {input_model}; use dimensions of at most {size}, e.g. "
+                              f"[{size}, {size // 2}, {size // 4}]")
 
 
 @dataclass
@@ -129,11 +140,12 @@ def capped_lengths(stage: StageConfig, model: DualEncoder, input_model: str) -> 
     return Lengths(min(stage.query_max_length, limit), min(stage.document_max_length, limit))
 
 
-def build_collator(tokenizer, stage: StageConfig, domain_ids: torch.Tensor | None, lengths: Lengths) -> PairCollator:
+def build_collator(tokenizer, stage: StageConfig, domain_ids: torch.Tensor | None, lengths: Lengths,
+                   prompts: Prompts | None = None) -> PairCollator:
     """Documents are masked only when the stage trains an MLM term; masks are drawn per batch."""
     return PairCollator(tokenizer, domain_ids if stage.mlm_tokens == "domain" else None, lengths.query,
                         lengths.document, stage.mlm_probability if stage.uses_mlm else 0.0,
-                        negatives=stage.hard_negatives)
+                        negatives=stage.hard_negatives, prompts=prompts or Prompts())
 
 
 @dataclass
@@ -158,6 +170,7 @@ class TrainParts:
     rank: int
     world: int
     net: torch.nn.Module  # what training passes run through: ``model``, or DDP around it on several ranks
+    prompts: Prompts = Prompts()  # put before each query and document; the saved model declares them
 
     @property
     def params(self) -> list[torch.nn.Parameter]:
@@ -189,7 +202,11 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
                     "warm-up stage)%s", input_model, stage.name,
                     "; a sparse model's representations are that head's output, meaningless until it is trained"
                     if stage.model_kind == "sparse" else "")
+    check_matryoshka(stage, model, input_model)
     lengths = capped_lengths(stage, model, input_model)
+    prompts = resolve_prompts(model_dir, stage.prompts)
+    if prompts:
+        log.info("stage %s: query prompt %r, document prompt %r", stage.name, prompts.query, prompts.document)
     model.to(device).train()
     dev_domain = domain_ids.to(device) if domain_ids is not None else None
     if stage.kind == "mlm":
@@ -202,8 +219,8 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     return TrainParts(
         model=model, head_loaded=head_loaded, tokenizer=tokenizer, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, stage, total),
-        collate=build_collator(tokenizer, stage, domain_ids, lengths),
+        collate=build_collator(tokenizer, stage, domain_ids, lengths, prompts),
         plan=plan, loss_fn=build_loss(stage), lengths=lengths,
         domain_ids=domain_ids, mlm_domain=dev_domain if stage.mlm_tokens == "domain" else None, device=device,
         dtype=resolve_precision(stage.precision, device), chunk=stage.chunk_size or plan.batch_size, total=total,
-        rank=rank, world=size, net=wrap_for_ranks(model, device, size))
+        rank=rank, world=size, net=wrap_for_ranks(model, device, size), prompts=prompts)

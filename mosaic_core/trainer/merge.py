@@ -19,6 +19,7 @@ from transformers import AutoModel
 
 from mosaic_core.modeling.dual_encoder import build_model, save_model
 from mosaic_core.modeling.encode import Encoder
+from mosaic_core.modeling.prompts import declared_prompts
 from mosaic_core.modeling.modeldir import copy_domain_ids
 from mosaic_core.modeling.sparse import is_sparse_dir, sparse_encoder
 from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe
@@ -56,15 +57,17 @@ def validation_score(model_dir: str, probe: RetrievalProbe, query_length: int, d
     lengths = {"query": query_length, "document": document_length}
     if is_sparse_dir(model_dir):
         st = sparse_encoder(model_dir)
+        prompts = declared_prompts(model_dir)
 
         def embed(texts: list[str], kind: str) -> torch.Tensor:  # SPLADE weights: relevance is their dot product
             st.max_seq_length = lengths[kind]
-            return st.encode(texts, convert_to_tensor=True, convert_to_sparse_tensor=False).float().cpu()
+            return st.encode(prompts.apply(texts, kind), convert_to_tensor=True,
+                             convert_to_sparse_tensor=False).float().cpu()
         return probe.score(embed)
     encoder = Encoder.load(model_dir, normalize=True, precision="fp32")
 
     def embed(texts: list[str], kind: str) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))
+        return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts, kind=kind)))
     return probe.score(embed)
 
 

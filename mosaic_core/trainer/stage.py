@@ -8,7 +8,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +19,15 @@ from mosaic_core.modeling.card import facts, render
 from mosaic_core.modeling.dual_encoder import DualEncoder, save_model
 from mosaic_core.modeling.encode import Encoder
 from mosaic_core.modeling.modeldir import copy_domain_ids, write_card, write_stage_record
+from mosaic_core.modeling.prompts import declare_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer.build import TrainParts, build_parts
 from mosaic_core.trainer.data import PairSet
 from mosaic_core.trainer.heldout import RetrievalProbe
-from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, warmup_target, window_means
+from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, loss_terms, warmup_target, window_means
 from mosaic_core.trainer.state import TrainState, load_state, restore_best
+from mosaic_core.trainer.tracking import stage_tracker
+from mosaic_core.versioning import runtime
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class StageResult:
     """``steps`` (max_steps or the epochs ran out) or ``mlm_target`` (the warm-up reached its target)."""
     mlm_target_loss: float | None = None
     mlm_frequency_entropy: float | None = None
-    """The MLM stage's reference point: the loss of predicting domain tokens from their frequencies alone."""
+    """A domain-MLM term's reference point: the loss of predicting domain tokens from their frequencies alone."""
     best_step: int | None = None
     """The step whose model is the stage's output (its best validation NDCG@10), when the stage keeps its best."""
     negatives_per_pair: float = 0.0
@@ -72,12 +75,14 @@ def validation_scorer(parts: TrainParts, probe: RetrievalProbe) -> Callable[[Dua
     def score(model: DualEncoder) -> dict:
         was_training = model.training
         model.eval()
-        encoder = Encoder(model.encoder, parts.tokenizer, model.pooling, True, parts.device, None, parts.lengths.query)
+        encoder = Encoder(model.encoder, parts.tokenizer, model.pooling, True, parts.device, None, parts.lengths.query,
+                          prompts=parts.prompts)
 
         def embed(texts: list[str], kind: str) -> torch.Tensor:
             if model.kind == "sparse":
-                return sparse_representations(model, parts, texts, lengths[kind])
-            return torch.from_numpy(np.ascontiguousarray(encoder.with_max_length(lengths[kind]).encode(texts)))
+                return sparse_representations(model, parts, parts.prompts.apply(texts, kind), lengths[kind])
+            return torch.from_numpy(np.ascontiguousarray(
+                encoder.with_max_length(lengths[kind]).encode(texts, kind=kind)))
         try:
             return probe.score(embed)
         finally:
@@ -105,10 +110,11 @@ def _restart_log(log_path: Path, resumed_from: int | None) -> None:
 
 
 def _reference_points(stage: StageConfig, parts: TrainParts, data: PairSet) -> tuple[float | None, float | None]:
-    """(the warm-up's stop threshold, the frequency-only MLM loss), logged against ln|V_D|."""
-    if stage.kind != "mlm":
+    """(the warm-up's stop threshold, the frequency-only MLM loss of a stage whose MLM term predicts
+    domain tokens), logged against ln|V_D|; TensorBoard draws the MLM curve beside the latter."""
+    if not stage.uses_mlm or parts.domain_ids is None or (stage.kind != "mlm" and stage.mlm_tokens != "domain"):
         return None, None
-    target = warmup_target(stage, len(parts.domain_ids))
+    target = warmup_target(stage, len(parts.domain_ids)) if stage.kind == "mlm" else None
     reference = frequency_entropy(parts.tokenizer, data.documents, parts.domain_ids, parts.lengths.document)
     uniform = math.log(len(parts.domain_ids))
     log.info("stage %s: MLM loss of a uniform guess ln|V_D| = %.3f, of domain-token frequencies alone %.3f "
@@ -154,7 +160,19 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
     out_dir.mkdir(parents=True, exist_ok=True)
     if parts.rank == 0:
         _restart_log(out_dir / "train_log.jsonl", state.resumed_from)
-    stop_reason = StepLoop(parts, stage, data, out_dir, fingerprint, hooks, target).run(state)
+    tracker = None if parts.rank else stage_tracker(out_dir, {
+        "stage": stage.model_dump(mode="json"), "input_model": input_model, "pairs": len(data),
+        "domain_vocab": 0 if parts.domain_ids is None else len(parts.domain_ids)}, state.resumed_from, reference,
+        {"mlm", "contrastive", "flops"} - set(loss_terms(stage)))
+    if tracker is not None:
+        first_eval = keeps_best(stage) and stage.eval_every and state.step == 0 and hooks.evaluate is not None
+        hooks = replace(hooks, on_record=_chain(tracker, hooks.on_record),
+                        evaluate=tracker.starting_point(hooks.evaluate) if first_eval else hooks.evaluate)
+    try:
+        stop_reason = StepLoop(parts, stage, data, out_dir, fingerprint, hooks, target).run(state)
+    finally:
+        if tracker is not None:
+            tracker.close()
     _report_stop(stage, state, stop_reason, target)
     best_step = state.best.step if keeps_best(stage) and state.best is not None else None
     if parts.rank == 0 and best_step is not None and best_step != state.step:
@@ -171,12 +189,22 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
     return result
 
 
+def _chain(*callbacks: Callable[[dict], None] | None) -> Callable[[dict], None]:
+    def call(record: dict) -> None:
+        for callback in callbacks:
+            if callback is not None:
+                callback(record)
+    return call
+
+
 def _write_outputs(parts: TrainParts, resolved: str, input_model: str, stage: StageConfig, fingerprint: str,
                    result: StageResult, out_dir: Path) -> None:
     parts.model.to("cpu")
     save_model(parts.model, resolved, out_dir)
+    declare_prompts(out_dir, parts.prompts)
     copy_domain_ids(resolved, out_dir)
     write_stage_record(out_dir, {"config": stage.model_dump(mode="json"), "input_model": input_model,
-                                 "fingerprint": fingerprint, "result": asdict(result)})
+                                 "fingerprint": fingerprint, "seed": stage.seed, "runtime": runtime(),
+                                 "result": asdict(result)})
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # the saved model supersedes them

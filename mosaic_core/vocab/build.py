@@ -42,13 +42,15 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from mosaic_core.config import VocabConfig
+from mosaic_core.config import PromptsConfig, VocabConfig
 from mosaic_core.modeling.card import facts, render
 from mosaic_core.modeling.encode import max_positions, read_st_pooling
 from mosaic_core.modeling.heads import masked_lm_with_head
 from mosaic_core.modeling.modeldir import write_card, write_domain_ids, write_vocab_report
+from mosaic_core.modeling.prompts import declare_prompts, resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.modeling.sparse import convert_to_sparse
+from mosaic_core.versioning import runtime
 from mosaic_core.vocab.distill import distill_rows, drift, token_costs, token_drift
 from mosaic_core.vocab.reduce import reduce_vocabulary
 from mosaic_core.vocab.report import VocabReport
@@ -128,8 +130,9 @@ def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, r
                         progress: bool) -> VocabReport:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
         reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
-        report = build_expanded_model(texts, out_dir, cfg.model_copy(update={"base_model": reduced_dir}),
-                                      progress=progress)
+        prompts = resolve_prompts(resolve_model(cfg.base_model), cfg.prompts)  # the base's, not the copy's
+        report = build_expanded_model(texts, out_dir, cfg.model_copy(update={
+            "base_model": reduced_dir, "prompts": PromptsConfig(**prompts.as_dict())}), progress=progress)
     report.reduction, report.base_model = asdict(reduction), cfg.base_model
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
@@ -175,13 +178,14 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
     """Train the domain tokenizer on ``train`` and select its tokens by their evidence."""
     state = tokenizer_state(base_tok)
     spec = spec_of(state)  # before training: an unsupported kind fails at once
-    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency)
+    counts = word_counts(base_tok, train)
+    domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency, counts)
     candidates, skipped = candidate_tokens(spec, base_tok, domain)
     clock.lap("domain tokenizer")
     first_id = max(next_free_id(state), rows)  # padded matrices: never reuse a row
     held = word_counts(base_tok, heldout)
-    chosen, thresholds, selector = select_with_table(spec, state, candidates, word_counts(base_tok, train), held,
-                                                     first_id, tokenizer_state(domain), cfg)
+    chosen, thresholds, selector = select_with_table(spec, state, candidates, counts, held, first_id,
+                                                     tokenizer_state(domain), cfg)
     clock.lap("selection")
     return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
 
@@ -321,7 +325,7 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
         heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
         single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
         distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, token_drift=per_token,
-        pruned=pruned, seconds=clock.laps)
+        pruned=pruned, seconds=clock.laps, seed=cfg.distill.seed, runtime=runtime())
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
@@ -367,6 +371,7 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
                     "first (the warmup preset's mlm stage) or start from a model with a head", cfg.base_model)
     if cfg.model_kind == "sparse":
         convert_to_sparse(out_dir)
+    declare_prompts(out_dir, resolve_prompts(resolve_model(cfg.base_model), cfg.prompts))
     write_domain_ids(out_dir, new_ids)
     clock.lap("save")
     report = _report(plan, base_tok, expanded, entries, cfg, rows, pruned, clock)
