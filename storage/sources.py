@@ -19,6 +19,7 @@ import glob as globlib
 import hashlib
 import html.parser
 import http.client
+import importlib.metadata
 import logging
 import os
 import re
@@ -41,7 +42,7 @@ _XML_NAME = re.compile(r"\.xml(\.gz)?$")
 # ``../`` or ``/`` in a hostile or broken listing never reaches a path under raw/.
 _PUBMED_FILE = re.compile(r"(?:pubmed|medline)\d{2}n\d{4}\.xml(?:\.gz)?")
 _MD5_HEX = re.compile(r"\b([0-9a-fA-F]{32})\b")
-_USER_AGENT = "mosaic-ingest/0.1 (+https://github.com/; PubMed snapshot mirror)"
+_USER_AGENT = f"mosaic/{importlib.metadata.version('mosaic')}"  # no project URL to name yet
 
 
 class SourceError(Exception):
