@@ -211,7 +211,7 @@ def config_markdown() -> str:
     sections = list(walk_sections())
     links = {model: (path or "top level") for path, model in sections}
     out = ["# Configuration reference", "",
-           "Generated from the pydantic models in `mosaic_core/config.py` when the site is built. A pipeline "
+           "Generated from the pydantic models in `mosaic_core/config*.py` when the site is built. A pipeline "
            "YAML (`mosaic run --config FILE`; `docs/pipeline.example.yaml`) is a `PipelineConfig`: the top "
            "level below, with one mapping per section. Every field is optional unless its default says "
            "*required*; an unknown key is an error. A section used in several places (`prompts`) is described "

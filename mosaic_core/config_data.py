@@ -1,0 +1,152 @@
+"""Typed, frozen configuration of the data steps: prompts, PubMed pairs, ingest, the filter and
+the other pair sources (re-exported by :mod:`mosaic_core.config`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mosaic_core.config_base import Frozen
+
+NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
+
+
+class PromptsConfig(Frozen):
+    """The prefixes a model expects before a query and before a document (e.g. nomic-embed-text's
+    ``search_query: `` / ``search_document: ``; e5's ``query: `` / ``passage: ``)."""
+
+    query: str = Field("", description="Put before every query the model encodes.")
+    document: str = Field("", description="Put before every document (and hard negative) the model encodes.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_is_no_prompt(cls, data: object) -> object:
+        return {} if data is False or (isinstance(data, str) and data.lower() == "none") else data
+
+
+class PairConfig(Frozen):
+    """How a citation becomes a (query, document) pair, and which pairs are kept."""
+
+    append_journal: bool = Field(True, description="Append the journal title to the query.")
+    append_keywords: bool = Field(True, description="Append author keywords to the query.")
+    prefix_abstract_labels: bool = Field(
+        False, description="Write structured abstracts as 'LABEL: text' sections."
+    )
+    strip_title_brackets: bool = Field(
+        True,
+        description="Remove the [...] PubMed puts around English translations of non-English titles.",
+    )
+    min_title_words: int = Field(4, ge=0, description="Drop pairs whose title has fewer words.")
+    min_abstract_words: int = Field(
+        30, ge=0, description="Drop pairs whose document (abstract) has fewer words."
+    )
+    max_abstract_words: int = Field(
+        2000, gt=0, description="Drop pairs whose abstract is longer (usually full-text dumps)."
+    )
+    keep_languages: tuple[str, ...] = Field(
+        ("en",), min_length=1, description="ISO 639-1 codes kept by the language filter."
+    )
+    language_prefix_chars: int = Field(
+        300, gt=0, description="Characters of title + abstract the language detector reads when the text does "
+        "not look English at once.")
+    language_seed: int = Field(0, description="Seed of the language detector (langdetect), so its answer is "
+                               "deterministic.")
+
+
+class IngestConfig(Frozen):
+    """Where the snapshot comes from and how it becomes pairs."""
+
+    source: str = Field(
+        NCBI_PUBMED_URL,
+        description="Local directory, glob of *.xml[.gz], or an HTTP(S) base laid out like NCBI's pubmed/.",
+    )
+    subsets: tuple[Literal["baseline", "updatefiles"], ...] = Field(
+        ("baseline", "updatefiles"), description="Which folders of the snapshot to read: the annual baseline, the "
+        "daily update files, or both.")
+    max_files: int | None = Field(None, gt=0, description="Take only the first N files (smoke runs).")
+    pairs: PairConfig = Field(PairConfig(), description="How a citation becomes a pair, and which pairs are kept.")
+    batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")
+
+
+class FilterConfig(Frozen):
+    """Stage 0b: the consistency filter (or the threshold filter of the low-resource recipe)."""
+
+    model: str = Field("thenlper/gte-base", description="Filter model: hub id, path or offline alias.")
+    prompts: PromptsConfig | None = Field(
+        None, description="The filter model's query and document prompts "
+        "(None: the ones the filter model declares in its sentence-transformers config; "
+        "'none': no prompt).")
+    mode: Literal["consistency", "threshold"] = Field(
+        "consistency", description="consistency: keep a pair when its own document is in its query's top k; "
+        "threshold: keep it when the cosine of query and document is at least threshold.")
+    k: int = Field(2, ge=1, description="Keep a pair iff its document is in its query's top k.")
+    threshold: float | None = Field(None, ge=-1.0, le=1.0, description="Threshold mode: keep cos >= t.")
+    chunk_size: int = Field(1_000_000, gt=0, description="Pairs per FAISS index (consistency mode).")
+    hard_negatives: int = Field(
+        3, ge=0, description="Consistency mode: keep per pair this many of its highest-ranked other documents that "
+        "score below its own (hard negatives for training).")
+    query_max_length: int = Field(64, gt=0, description="Queries are cut after this many tokens.")
+    document_max_length: int = Field(256, gt=0, description="Documents are cut after this many tokens.")
+    batch_size: int = Field(64, gt=0, description="Texts per encoding batch (CPU).")
+    batch_tokens: int | None = Field(
+        None, gt=0, description="Padded tokens per encoding batch instead of batch_size texts (length-sorted "
+        "texts, as many as fit; halved on out-of-memory). Default: batch_size texts on CPU, 131,072 tokens on CUDA.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA and on CPUs with native bf16, else fp32.")
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        "torch", description="How the filter model encodes: torch (precision applies), or on CPU through its "
+        "ONNX export (fp32, or int8 weights), made once into the data root's cache/onnx and verified "
+        "against PyTorch; needs pip install -e '.[export]'. The default stays torch: on the 2-core CPU measured "
+        "(bench/filter.py, MiniLM, real biomed pairs) neither ONNX backend reached the goal of 2x "
+        "SentenceTransformer.encode fp32 (decisions were identical; speed 0.6-0.8x on 100 pairs).")
+    query_column: str = Field("query", description="Column of a pairs file that holds the queries.")
+    document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
+
+    @model_validator(mode="after")
+    def _threshold_needs_value(self) -> FilterConfig:
+        if self.mode == "threshold" and self.threshold is None:
+            raise ValueError("mode 'threshold' needs a threshold (e.g. --threshold 0.6)")
+        return self
+
+    def encoding_hash(self) -> str:
+        """What the embeddings depend on (not k or the threshold): re-filtering reuses them."""
+        fields = {"model", "prompts", "query_max_length", "document_max_length", "precision"}
+        if self.backend != "torch":  # the default leaves the hashes of earlier roots (their embeddings) as they were
+            fields.add("backend")
+        blob = json.dumps(self.model_dump(mode="json", include=fields), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class IslamicConfig(Frozen):
+    """The low-resource domain's source: Qur'an verse pairs linked by Tafsir cross-references
+    (``mosaic_core.data.islamic``), kept at a cosine threshold, in place of PubMed ingest and the
+    consistency filter; the run is also scored on the held-out verse-to-verse task."""
+
+    quran: str = Field(..., description="Sahih International translation, 'sura|aya|text' lines.")
+    tafsir: str = Field(..., description="Tafsir Ibn Kathir blocks, JSONL {id, surah, ayah_start, ayah_end, text}.")
+    threshold: float = Field(0.5, description="Keep a verse pair when the filter model's cosine is at least this.")
+
+    def filter_config(self, model: str) -> FilterConfig:
+        """How the candidates are scored: threshold mode, and verses are long queries."""
+        return FilterConfig(model=model, mode="threshold", threshold=self.threshold, query_max_length=256)
+
+
+class OwnPairsConfig(Frozen):
+    """Any domain from your own (query, document) pairs: question and answer, title and body,
+    claim and evidence. They go through what PubMed pairs go through, from these rules on."""
+
+    path: str = Field(..., description="A JSONL/JSON, Parquet or CSV/TSV file (compressed or not), a folder or glob "
+                      "of them, or a Hugging Face save_to_disk folder; relative to the config file's folder. Or a "
+                      "dataset on the Hugging Face hub: hf://datasets/OWNER/NAME[@REVISION][/GLOB] (or OWNER/NAME "
+                      "when no such local path exists), fetched into the hub's cache.")
+    query_column: str = Field("query", min_length=1, description="The column of the short text (the query).")
+    document_column: str = Field("document", min_length=1, description="The column of the longer text.")
+    min_query_words: int = Field(1, ge=0, description="Drop pairs whose query has fewer words.")
+    min_document_words: int = Field(5, ge=0, description="Drop pairs whose document has fewer words.")
+    max_document_words: int = Field(2000, gt=0, description="Drop pairs whose document has more words.")
+    keep_languages: tuple[str, ...] | None = Field(
+        None, description="ISO 639-1 codes the language filter keeps (e.g. [en]); unset: no language filter.")
+    partition_rows: int = Field(100_000, gt=0, description="Pairs per Parquet partition (and per filter task).")

@@ -1,0 +1,303 @@
+"""Typed, frozen configuration of stage 1 and the training stages, with the stage presets
+(re-exported by :mod:`mosaic_core.config`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from mosaic_core.config_base import Frozen
+from mosaic_core.config_data import PromptsConfig
+
+
+class DistillConfig(Frozen):
+    """Stage 1's distilled initialisation of the new rows (``mosaic_core.vocab.distill``)."""
+
+    target: Literal["pooled", "tokens", "both"] = Field(
+        "pooled", description="What the expanded model must reproduce: the pooled sentence embedding, the last "
+        "hidden state at every position (new tokens: the mean over the pieces they replace), or both.")
+    lr: float = Field(3e-3, gt=0.0, description="Adam learning rate of the new rows (no weight decay); "
+                      "docs/benchmarks.md measures 1e-3 and 3e-3.")
+    batch_size: int = Field(32, gt=0, description="Texts per distillation step.")
+    max_length: int = Field(128, gt=0, description="Texts are cut after this many base tokens.")
+    epochs: int = Field(1, ge=1, description="Passes over the training windows, at most max_steps steps.")
+    max_steps: int | None = Field(
+        1000, gt=0, description="Stop after this many steps (a budget independent of the corpus size: the rows "
+        "need occurrences, not epochs).")
+    eval_every: int = Field(25, gt=0, description="Steps between held-out evaluations.")
+    patience: int = Field(4, ge=1, description="Stop after this many evaluations without a better held-out loss.")
+    heldout_texts: int = Field(256, gt=0, description="Held-out windows that decide when to stop.")
+    max_texts: int | None = Field(None, gt=0, description="Use at most this many training windows.")
+    contexts: Literal["texts", "sentences"] = Field(
+        "sentences", description="What the rows learn from: sentences drawn per new token, up to per_token of "
+        "them each (as token distillation does), so a rare token is seen about as often as a frequent one; or the "
+        "corpus texts as they come (a token gets as many updates as texts it is in). docs/benchmarks.md compares "
+        "them.")
+    per_token: int = Field(
+        32, gt=0, description="contexts=sentences: sentences drawn for each new token (32: for the 1,375 tokens of "
+        "the biomedical pairs that is 25.5k sentences, one pass within the default 1,000 steps).")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA and on CPUs with native bf16, else fp32.")
+    seed: int = Field(0, description="Seed of the distillation's data order.")
+
+
+class VocabConfig(Frozen):
+    """Stage 1: the domain tokenizer, which of its tokens are added, and how their rows start."""
+
+    base_model: str = Field(
+        "thenlper/gte-base", description="Hub id, local path, or offline:all-MiniLM-L6-v2."
+    )
+    prompts: PromptsConfig | None = Field(
+        None, description="The prompts stage 1's model declares for the stages after it "
+        "(None: the ones the base model declares in its sentence-transformers config; "
+        "'none': no prompt).")
+    vocab_size: int | None = Field(
+        None, gt=0, description="Domain tokenizer size; default: the base vocabulary's size."
+    )
+    min_frequency: int = Field(2, ge=1, description="Minimum corpus frequency of a domain-tokenizer token.")
+    min_count: int = Field(
+        50, ge=1, description="Add a candidate only if the expanded tokenizer uses it at least this often in the "
+        "corpus (training must see a token to learn it); see docs/benchmarks.md for how 50 was chosen.")
+    max_tokens: int | None = Field(
+        None, gt=0, description="Add at most this many tokens: those saving the most base pieces.")
+    init: Literal["mean", "distill"] = Field(
+        "distill", description="New rows: the mean of their base pieces, or that mean refined by distillation.")
+    distill: DistillConfig = Field(DistillConfig(), description="How the new rows are distilled (init: distill).")
+    prune: float = Field(
+        0.3, ge=0.0, lt=1.0, description="Once the rows are initialised, drop this share of the added tokens: those "
+        "whose rows still move embeddings the most per base piece they save (measured on training sentences), then "
+        "settle the selection again; kept tokens keep their rows (0: keep every token). docs/benchmarks.md has how "
+        "0.3 was chosen: the largest share of the trade-off that keeps half the fertility gain.")
+    prune_sentences: int = Field(
+        8, gt=0, description="prune: training sentences per token on which its cost is measured.")
+    heldout_every: int = Field(
+        20, ge=2, description="Every n-th text is held out of training (fertility, drift, distillation's stop)."
+    )
+    text_columns: tuple[str, ...] = Field(
+        ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."
+    )
+    model_kind: Literal["dense", "sparse"] = Field(
+        "dense", description="sparse: write stage 1 as a SPLADE SparseEncoder (the new rows are also new output "
+        "dimensions of the MLM head); the base should ship a masked-LM head.")
+    reduce_to_corpus: str | None = Field(
+        None, description="Before expanding, keep only the base vocabulary rows this corpus (a pairs file or "
+        "data root) uses, plus specials and single characters (seed 004's language reduction).",
+    )
+
+
+class StageConfig(Frozen):
+    """One training stage (docs/method.md stages 2–3, plus seed 003's MLM warm-up).
+
+    ``kind``: ``mlm`` — encoder frozen, only the MLM head transform and the domain rows of the
+    embedding matrix train, on the domain-restricted MLM loss; ``joint`` — α·MLM + InfoNCE in
+    one forward pass; ``contrastive`` — InfoNCE only.
+    """
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Label; also the output folder's name.")
+    prompts: PromptsConfig | None = Field(
+        None, description="The prompts this stage trains and validates with, and its model then declares "
+        "(None: the ones its input model declares in its sentence-transformers config; "
+        "'none': no prompt).")
+    kind: Literal["mlm", "joint", "contrastive"] = Field(
+        ..., description="mlm: MLM warm-up, encoder frozen; joint: alpha·MLM + InfoNCE; contrastive: InfoNCE only.")
+    alpha: float = Field(0.3, ge=0.0, description="Weight of the MLM term in the joint loss.")
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="Chance a candidate position is masked.")
+    mlm_tokens: Literal["domain", "all"] = Field(
+        "domain", description="Mask and predict domain tokens only (V_D) or every non-special token (ablation)."
+    )
+    scale: float = Field(50.0, gt=0.0, description="Fixed InfoNCE logit scale (1/temperature).")
+    symmetric: bool = Field(False, description="Add the document→query InfoNCE direction.")
+    lr: float = Field(1e-5, gt=0.0, description="Peak learning rate.")
+    epochs: int = Field(1, ge=1, description="Passes over the training pairs (max_steps, when set, ends the stage "
+                        "first).")
+    max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
+    batch_size: int = Field(128, gt=0, description="Pairs per contrastive batch (in-batch negatives).")
+    chunk_size: int | None = Field(
+        None, gt=0, description="Gradient-caching chunk: pairs per forward pass (None: the whole batch)."
+    )
+    accumulation: int = Field(1, ge=1, description="Batches per optimizer step.")
+    warmup_ratio: float = Field(0.06, ge=0.0, lt=1.0, description="Share of the steps over which the learning "
+                                "rate rises linearly to lr.")
+    schedule: Literal["linear", "cosine", "constant"] = Field(
+        "linear", description="How the learning rate decays after the warmup.")
+    weight_decay: float = Field(0.01, ge=0.0, description="AdamW weight decay (none on biases and LayerNorms).")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradients are clipped to this norm.")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA and on CPUs with native bf16, else fp32."
+    )
+    query_max_length: int = Field(64, gt=0, description="Queries are cut after this many tokens.")
+    document_max_length: int = Field(256, gt=0, description="Documents are cut after this many tokens.")
+    seed: int = Field(0, description="Seed of the data order and the masks (both functions of seed and step).")
+    checkpoint_every: int = Field(200, gt=0, description="Optimizer steps between checkpoints.")
+    log_every: int = Field(10, gt=0, description="Steps between lines of train_log.jsonl (losses averaged over them).")
+    eval_every: int | None = Field(None, gt=0, description="Steps between held-out evaluations (None: at the end).")
+    mlm_target: float | None = Field(
+        None, gt=0.0, lt=1.0, description="mlm warm-up only: stop once the MLM loss, averaged over the last "
+        "log_every steps, is below this fraction of ln|V_D| (a uniform guess over the domain vocabulary); "
+        "max_steps/epochs still cap the stage.")
+    mlm_rows: bool = Field(
+        True, description="mlm warm-up only: train the domain rows of the embedding matrix with the head (they "
+        "are both the decoder's weights and the encoder's input); false trains the head's transform and bias "
+        "alone, so every embedding the encoder reads stays as stage 1 left it.")
+    hard_negatives: int = Field(
+        0, ge=0, description="Hard-negative documents per pair added as extra InfoNCE columns (the consistency "
+        "filter keeps each pair's; 0: in-batch negatives only).")
+    keep_best: bool = Field(
+        True, description="With validation pairs, the stage's output is its best validated model (NDCG@10, "
+        "the input model included; ties: the later), not its last.")
+    best_tolerance: float = Field(
+        0.005, ge=0.0, description="keep_best: a later model within this much of the top validation NDCG@10 "
+        "counts as a tie and wins (one query moving one rank among 64 changes NDCG@10 by up to 0.006).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: this rank's GPU when there is one (LOCAL_RANK under torchrun), else the CPU.")
+    pairs: str | None = Field(
+        None, description="This stage's own training pairs (a pairs file or a data root; seed 004's general "
+        "retrieval data first, then the domain's). None: the run's pairs.")
+    query_column: str | None = Field(None, description="Query column of this stage's pairs (None: the run's).")
+    document_column: str | None = Field(None, description="Document column of this stage's pairs (None: the run's).")
+    model_kind: Literal["dense", "sparse"] = Field(
+        "dense", description="dense: pooled embeddings, cosine InfoNCE at `scale`; sparse: SPLADE (seed 003), the "
+        "max-pooled log(1+ReLU) of the MLM head's logits, dot-product InfoNCE at scale 1 plus the FLOPS regulariser, "
+        "saved as a sentence-transformers SparseEncoder.")
+    flops_query: float = Field(5e-5, ge=0.0, description="sparse only: FLOPS regulariser weight on the queries "
+                               "(sentence-transformers' SPLADE examples use 5e-5).")
+    flops_document: float = Field(3e-5, ge=0.0, description="sparse only: FLOPS regulariser weight on the documents "
+                                  "and hard negatives (sentence-transformers' SPLADE examples use 3e-5).")
+    matryoshka_dims: tuple[int, ...] | None = Field(
+        None, min_length=1, description="Matryoshka: the contrastive term is the weighted sum of InfoNCE over these "
+        "prefixes of the pooled embedding, each renormalised (strictly descending, e.g. [384, 256, 128, 64]; at most "
+        "the model's hidden size, checked when the stage starts), so the trained model can be cut to any of them. "
+        "None: the full embedding only.")
+    matryoshka_weights: tuple[float, ...] | None = Field(
+        None, description="Matryoshka: the weight of each dimension's term, in the order of matryoshka_dims "
+        "(default: 1 each, as sentence-transformers' MatryoshkaLoss).")
+
+    @model_validator(mode="after")
+    def _warmup_fields_need_warmup(self) -> StageConfig:
+        if self.kind != "mlm":
+            for field, default in (("mlm_target", None), ("mlm_rows", True)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"stage {self.name!r}: {field} belongs to the mlm warm-up; a {self.kind} stage "
+                                     f"has none (set it for the warm-up stage only, e.g. --set mlm.{field}=...)")
+        return self
+
+    @field_validator("matryoshka_dims", "matryoshka_weights", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        # `--set matryoshka_dims=384,256,128,64` (or [384, 256, ...]) arrives as one string.
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.strip("[]() ").split(",") if v.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _matryoshka(self) -> StageConfig:
+        dims, weights = self.matryoshka_dims, self.matryoshka_weights
+        if dims is None:
+            if weights is not None:
+                raise ValueError(f"stage {self.name!r}: matryoshka_weights without matryoshka_dims; give the "
+                                 "dimensions too (e.g. matryoshka_dims=[384,256,128,64])")
+            return self
+        if self.kind == "mlm" or self.model_kind == "sparse":
+            raise ValueError(f"stage {self.name!r}: matryoshka_dims truncate a dense pooled embedding in the "
+                             f"contrastive term; a {self.model_kind} {self.kind} stage has none (remove them)")
+        if any(d <= 0 for d in dims) or any(a <= b for a, b in zip(dims, dims[1:], strict=False)):
+            raise ValueError(f"stage {self.name!r}: matryoshka_dims must be positive and strictly descending, e.g. "
+                             f"[384, 256, 128, 64]; got {list(dims)}")
+        if weights is not None and (len(weights) != len(dims) or any(w < 0 for w in weights) or not any(weights)):
+            raise ValueError(f"stage {self.name!r}: matryoshka_weights needs one non-negative weight per dimension "
+                             f"({len(dims)}: {list(dims)}), not all zero; got {list(weights)}")
+        return self
+
+    @property
+    def uses_mlm(self) -> bool:
+        return self.kind == "mlm" or (self.kind == "joint" and self.alpha > 0)
+
+
+def _stages(*specs: tuple[str, str, dict]) -> tuple[StageConfig, ...]:
+    return tuple(StageConfig(name=name, kind=kind, **kw) for name, kind, kw in specs)
+
+
+PRESETS: dict[str, tuple[StageConfig, ...]] = {
+    # The paper: joint domain-restricted MLM + contrastive, then contrastive only.
+    "paper": _stages(("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    # Seed 003's domain warm-up first (needed when the base ships no MLM head): until the MLM loss
+    # is below 0.85·ln|V_D| (knowing the domain tokens' frequencies alone gives 0.84–0.85 on the biomed
+    # abstracts: docs/benchmarks.md), at most 10 epochs; a constant rate, the stop step being unknown.
+    "warmup": _stages(("mlm", "mlm", {"lr": 5e-4, "schedule": "constant", "mlm_target": 0.85, "epochs": 10}),
+                      ("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    # Ablations (paper Table 4/5).
+    **{f"alpha-{a}": _stages(("joint", "joint", {"alpha": a}), ("contrastive", "contrastive", {}))
+       for a in (0.1, 0.2, 0.3, 0.4, 0.5)},
+    "all-token": _stages(("joint", "joint", {"mlm_tokens": "all", "alpha": 0.1}), ("contrastive", "contrastive", {})),
+    "mask-0.3": _stages(("joint", "joint", {"mlm_probability": 0.3}), ("contrastive", "contrastive", {})),
+    "reversed": _stages(("contrastive", "contrastive", {}), ("joint", "joint", {})),
+    "contrastive-only": _stages(("contrastive", "contrastive", {}),),
+    # Seed 004: general retrieval pairs first (set general.pairs), then the domain's joint and contrastive stages.
+    "multistage": _stages(("general", "contrastive", {"hard_negatives": 1}), ("joint", "joint", {}),
+                          ("contrastive", "contrastive", {})),
+}
+
+
+class TrainConfig(Frozen):
+    """A training run: stages in order, each starting from the previous stage's model."""
+
+    stages: tuple[StageConfig, ...] = Field(
+        PRESETS["paper"], min_length=1, description="The training stages in order (default: the paper preset, "
+        "joint then contrastive).")
+    heldout_pairs: int = Field(
+        256, ge=0, description="Test pairs kept out of training: the evaluation's held-out task and the publish gate.")
+    validation_pairs: int = Field(
+        256, ge=0, description="Further pairs kept out of training, scored every eval_every steps (and at the end "
+        "of each stage) to keep each stage's best model.")
+    validation_pool: int = Field(
+        1000, ge=0, description="Training documents added as distractors to the validation retrieval.")
+    merge_weights: tuple[float, ...] = Field(
+        (), description="WiSE-FT: after the last stage, interpolate its weights with the input (stage-1) model's "
+        "at each of these weights (0 < w < 1; 1.0, the last stage itself, always competes) and keep the best "
+        "on the validation pairs. Empty: no merge step.")
+    query_column: str = Field("query", description="Column of a pairs file that holds the queries.")
+    document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> TrainConfig:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique (they name output folders): {names}")
+        if any(not 0 < w <= 1 for w in self.merge_weights):
+            raise ValueError(f"merge_weights must lie in (0, 1]: {self.merge_weights}")
+        if self.merge_weights and not self.validation_pairs:
+            raise ValueError("the merge step chooses its weight on validation pairs: set validation_pairs > 0")
+        return self
+
+    def columns_for(self, stage: StageConfig) -> tuple[str, str]:
+        """(query column, document column) of ``stage``'s pairs."""
+        return stage.query_column or self.query_column, stage.document_column or self.document_column
+
+    def control(self) -> TrainConfig:
+        """The plain fine-tuning control of this run: one contrastive stage from the base, on the
+        same pairs, hard negatives, prompts and lengths as the last stage, for the steps (or the
+        epochs) of every stage together; no MLM, no vocabulary, no merge."""
+        last = self.stages[-1]
+        steps = [s.max_steps for s in self.stages]
+        budget = ({"max_steps": sum(steps)} if all(steps) else
+                  {"max_steps": None, "epochs": sum(s.epochs for s in self.stages)})
+        drop = {"kind", "name", "alpha", "mlm_probability", "mlm_tokens", "mlm_target", "mlm_rows"}
+        stage = StageConfig.model_validate({**last.model_dump(exclude=drop), "name": "control",
+                                            "kind": "contrastive", **budget})
+        return self.model_copy(update={"stages": (stage,), "merge_weights": ()})
+
+    @classmethod
+    def preset(cls, name: str, overrides: dict | None = None, per_stage: dict[str, dict] | None = None,
+               **kwargs) -> TrainConfig:
+        """A preset's stages with ``overrides`` (field → value) applied to every stage and
+        ``per_stage`` (stage name → {field → value}) to the stages named; validated."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        unknown = set(per_stage or {}) - {s.name for s in PRESETS[name]}
+        if unknown:
+            raise ValueError(f"no stage {sorted(unknown)} in preset {name!r} "
+                             f"({', '.join(s.name for s in PRESETS[name])})")
+        stages = tuple(StageConfig.model_validate({**s.model_dump(), **(overrides or {}),
+                                                   **(per_stage or {}).get(s.name, {})}) for s in PRESETS[name])
+        return cls(stages=stages, **kwargs)
