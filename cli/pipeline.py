@@ -83,8 +83,9 @@ def _own_pairs_config(path: str, query_column: str, document_column: str, domain
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
     config: Annotated[Optional[Path], typer.Option(
-        "--config", "-c", help="Pipeline YAML (sections base_model, ingest, filter, vocab, train, eval_tasks, "
-        "eval_pool, gate; see docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
+        "--config", "-c", help="Pipeline YAML (sections base_model, domain, prompts, ingest or pairs or islamic, "
+        "filter, vocab, train, eval_tasks, eval_pool, gate, control, export, tracking; see "
+        "docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
     seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
                                       "and texts).")] = 0,
     pairs: Annotated[Optional[str], typer.Option(

@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mosaic_core.evaluate.run_report import RunStory, headline, render
 from mosaic_core.evaluate.scoring import TaskScore
+from mosaic_core.trainer.heldout import split_sizes
 from storage.manifest import Manifest
 
 
@@ -42,6 +43,8 @@ def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | Non
         rows.append((latest, sum(m.rows_out for m in filtered), ""))
         rows.append(("kept by the filter", sum(m.kept for m in filtered), _reasons(dropped)))
     if stage:
+        if filtered:  # as many as were asked for, at most a fifth of the pairs each
+            test, validation = split_sizes(sum(m.kept for m in filtered), test, validation)
         rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"))
     return rows
 

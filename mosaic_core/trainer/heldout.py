@@ -35,13 +35,19 @@ class Split:
     test: list[int]
 
 
+def split_sizes(n: int, n_test: int, n_validation: int = 0) -> tuple[int, int]:
+    """(test, validation) sizes of :func:`split_indices` over ``n`` pairs: what was asked, capped
+    at a fifth of the pairs (the validation pairs: of the pairs left after the test pairs)."""
+    n_test = min(n_test, n // 5)
+    return n_test, min(n_validation, (n - n_test) // 5)
+
+
 def split_indices(pairs: Sequence[Pair], n_test: int, n_validation: int = 0) -> Split:
     """Indices of (training, validation, test) pairs: the ``n_test`` pairs (at most a fifth) with
     the lowest content hash are the test set, the next ``n_validation`` (at most a fifth of the
     rest) the validation set. Indices within each set keep their input order."""
     order = sorted(range(len(pairs)), key=lambda i: _hash("\x1f".join(pairs[i])))
-    n_test = min(n_test, len(pairs) // 5)
-    n_validation = min(n_validation, (len(pairs) - n_test) // 5)
+    n_test, n_validation = split_sizes(len(pairs), n_test, n_validation)
     test, validation = set(order[:n_test]), set(order[n_test:n_test + n_validation])
     train = [i for i in range(len(pairs)) if i not in test and i not in validation]
     return Split(train, sorted(validation), sorted(test))
