@@ -79,7 +79,7 @@ def _experiment_id(client, name: str) -> str:
 def _log_params(client, run_id: str, params: Mapping[str, object]) -> None:
     from mlflow.entities import Param
 
-    flat = [Param(k[:250], (v if isinstance(v, str) else json.dumps(v, default=str))[:_MAX_PARAM])
+    flat = [Param(_key(k)[:250], (v if isinstance(v, str) else json.dumps(v, default=str))[:_MAX_PARAM])
             for k, v in flatten(params).items()]
     for lo in range(0, len(flat), 100):
         client.log_batch(run_id, params=flat[lo:lo + 100])

@@ -88,12 +88,14 @@ def test_a_pipeline_run_holds_its_stages_evaluation_gate_report_and_model(inputs
     decision = {"check": {"passed": True}, "published": True, "message": "passes the gate",
                 "published_path": str(published)}
     tracking.log_outcome.fn(track, run_id, scores, decision, {"html": str(report / "report.html")}, stage1,
-                            {"tokens_added": 17, "funnel": {"training pairs": 20}})
+                            {"tokens_added": 17, "funnel": {"training pairs": 20,
+                                                                   "latest pairs (revisions, deletions applied)": 30}})
     tracking.end_run.fn(track, run_id)
 
     client = MlflowClient(uri)
     run = client.get_run(run_id)
     assert run.data.params["config.base_model"] == "tiny" and run.data.params["funnel.training pairs"] == "20"
+    assert run.data.params["funnel.latest pairs _revisions_ deletions applied_"] == "30"  # the report's own names
     assert run.data.metrics["eval/contrastive/heldout"] == 0.6 and run.data.metrics["gate/passed"] == 1.0
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert artifacts >= {"evaluation.json", "gate_decision.json", "report", "model_card", "published_model"}
