@@ -57,6 +57,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from mosaic_core.modeling.prompts import Kind, declared_prompts
+
 log = logging.getLogger(__name__)
 
 KINDS = ("onnx", "onnx-int8", "openvino", "static")
@@ -300,8 +302,7 @@ class ExportedEncoder:
         manifest = manifest.get("loader", manifest)
         self.inputs, self.max_length = manifest["inputs"], manifest["max_seq_length"]
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder))
-        st_config = self.folder / "config_sentence_transformers.json"
-        self.prompts = json.loads(st_config.read_text()).get("prompts", {}) if st_config.is_file() else {}
+        self.prompts = declared_prompts(self.folder)
         entries = json.loads((self.folder / "modules.json").read_text())
         self.modules = [import_from_string(e["type"]).load(str(self.folder), subfolder=e["path"],
                                                            local_files_only=True) for e in entries[1:]]
@@ -316,14 +317,15 @@ class ExportedEncoder:
             session = ort.InferenceSession(str(self.folder / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
             self._run = lambda feeds: session.run(None, feeds)[0]
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32, prompt_name: str | None = None) -> np.ndarray:
-        """``texts`` → (len(texts), dim) float32 embeddings, as the source model's ``encode`` gives them."""
+    def encode(self, texts: Sequence[str], batch_size: int = 32, kind: Kind | None = None) -> np.ndarray:
+        """``texts`` → (len(texts), dim) float32 embeddings, as the source model's ``encode`` gives them;
+        ``kind`` ``query`` or ``document`` puts the prompt the folder declares in front."""
         import torch
 
-        prefix = self.prompts.get(prompt_name, "") if prompt_name else ""
+        texts = self.prompts.apply(list(texts), kind)
         out = []
         for start in range(0, len(texts), batch_size):
-            batch = [prefix + t for t in texts[start:start + batch_size]]
+            batch = texts[start:start + batch_size]
             enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
             hidden = self._run({n: enc[n].astype(np.int64) for n in self.inputs})
             features = {"token_embeddings": torch.from_numpy(np.asarray(hidden, dtype=np.float32)),
