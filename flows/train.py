@@ -44,6 +44,20 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     own = tracking is not None and tracking.mlflow_uri is not None and parent_run is None
     run_id = start_run(tracking, "train", {"train": cfg.model_dump(mode="json"), "input_model": input_model,
                                            "pairs": pairs_source}) if own else parent_run
+    try:
+        results = _train(input_model, pairs_source, cfg, out_root, processes, tracking, run_id)
+    except BaseException:
+        if own:
+            end_run(tracking, run_id, "FAILED")
+        raise
+    if own:
+        end_run(tracking, run_id)
+    return results
+
+
+def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str, processes: int | None,
+           tracking: TrackingConfig | None, run_id: str | None) -> list[dict]:
+    """:func:`train_flow`'s stages under the output root's lock; each logged to ``run_id``."""
     with root_lock(out_root, "train flow"):
         results, model, mined = [], input_model, {}
         for i, stage in enumerate(cfg.stages):
@@ -66,6 +80,4 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
                 input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
         create_table_artifact(key="training-stages", table=stage_rows(results),
                               description="Training stages: final losses and held-out retrieval")
-        if own:
-            end_run(tracking, run_id)
         return results

@@ -72,6 +72,18 @@ def test_mosaic_train_logs_a_run_with_a_nested_run_per_stage_once(inputs, tmp_pa
     assert len(runs(client)) == 4  # a second train run, no second copy of its stages
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_failed_mosaic_train_closes_its_run_as_failed(inputs, tmp_path):
+    stage1, _ = inputs
+    uri = (tmp_path / "mlruns").as_uri()
+    broken = tmp_path / "pairs.jsonl"
+    broken.write_text(json.dumps({"title": "no query or document column"}) + "\n")
+    with pytest.raises(Exception, match="query"):
+        train_flow(stage1, str(broken), config(), str(tmp_path / "models"), 1, TrackingConfig(mlflow_uri=uri))
+    (run,) = runs(MlflowClient(uri))
+    assert run.info.status == "FAILED"
+
+
 def test_a_pipeline_run_holds_its_stages_evaluation_gate_report_and_model(inputs, tmp_path):
     stage1, _ = inputs
     uri = (tmp_path / "mlruns").as_uri()
