@@ -143,6 +143,10 @@ def filter_pairs(
     ] = None,
     chunk_size: Annotated[int, typer.Option(help="Pairs per exact search (one index).")] = 1_000_000,
     precision: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16 (CUDA).")] = "auto",
+    backend: Annotated[str, typer.Option(
+        help="torch, or on CPU onnx / onnx-int8: encode through the filter model's verified ONNX export, made "
+        "once into the data root's cache/onnx (needs pip install -e '.[export]'; slower than torch on the 2-core "
+        "CPU measured: docs/concepts/filter.md).")] = "torch",
     batch_tokens: Annotated[Optional[int], typer.Option(
         help="Padded tokens per encoding batch (default: 131,072 on CUDA; 64 texts a batch on CPU).")] = None,
     query_column: Annotated[str, typer.Option(help="Query column of a pairs file.")] = "query",
@@ -158,9 +162,12 @@ def filter_pairs(
     from storage.pairs_io import check_pairs_source
     from tasks.filter import score_report
 
-    cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
-                       threshold=threshold, chunk_size=chunk_size, precision=precision, batch_tokens=batch_tokens,
-                       query_column=query_column, document_column=document_column)
+    try:
+        cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
+                           threshold=threshold, chunk_size=chunk_size, precision=precision, backend=backend,
+                           batch_tokens=batch_tokens, query_column=query_column, document_column=document_column)
+    except ValueError as exc:  # pydantic's ValidationError included: an option's value, named
+        raise typer.BadParameter(str(exc)) from exc
     check_pairs_source(input, (query_column, document_column), "--input")
     _model(model)
     root = _folder(data_root)

@@ -87,3 +87,25 @@ def test_one_rebuild_schedule_for_serve_and_the_work_pool_file():
     spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml").read_text())
     assert [s["cron"] for d in spec["deployments"] for s in d["schedules"]] == [DEFAULT_CRON]
     assert DEFAULT_CRON in runner.invoke(app, ["serve", "--help"]).output
+
+
+def test_filter_backend_reaches_the_filter_config(tmp_path, monkeypatch):
+    import cli.data
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"query": "q", "document": "d"}\n')
+    seen = []
+
+    def run(flow, source, cfg, root, **kw):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli.data, "_run", run)
+    args = ["filter", "--input", str(pairs), "--data-root", str(tmp_path / "root"), "--model",
+            "offline:all-MiniLM-L6-v2"]
+    runner.invoke(app, [*args, "--backend", "onnx-int8"])
+    assert seen[-1].backend == "onnx-int8"
+    runner.invoke(app, args)
+    assert seen[-1].backend == "torch"
+    result = runner.invoke(app, [*args, "--backend", "tflite"])
+    assert result.exit_code != 0 and "backend" in result.output
