@@ -85,11 +85,13 @@ def _timed(cmd: list[str], log: Path) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def _once(marker: Path, cmd: list[str], log: Path) -> dict:
-    """``cmd``'s timing, cached in ``marker`` (the command is not run again once it exists)."""
+def _once(marker: Path, cmd: list[str], log: Path, out: Path | None = None) -> dict:
+    """``cmd``'s timing, cached in ``marker`` (the command is not run again once it exists);
+    ``resumed`` when ``out`` already existed: an interrupted run went on, and the time is its rest."""
     if marker.is_file():
         return json.loads(marker.read_text())
-    info = {"command": " ".join(cmd), **_timed(cmd, log)}
+    resumed = out is not None and out.exists()
+    info = {"command": " ".join(cmd), **_timed(cmd, log), **({"resumed": True} if resumed else {})}
     _write(marker, info)
     return info
 
@@ -138,7 +140,7 @@ def _train(work: Path, arm: str, steps: int, lr: float) -> tuple[str, dict]:
     model, preset, final = ((str(_stage1(work)[0]), "paper", "2-contrastive") if arm == "paper"
                             else (BASE, "contrastive-only", "1-contrastive"))
     timing = _once(work / "points" / f"{pid}.json", _mosaic("train", "--model", model, "--preset", preset, *common),
-                   work / "logs" / f"{pid}.log")
+                   work / "logs" / f"{pid}.log", out)
     return str(out / final), timing
 
 
@@ -219,6 +221,7 @@ def collect(results: Path) -> dict:
             "vs_base": _against(scores, base),
             "vs_control": _against(scores, control) if arm == "paper" and control else None,
             "train_cpu_s": rec["train"]["cpu_s"], "train_wall_s": rec["train"]["wall_s"],
+            "train_resumed": rec["train"].get("resumed", False),
             "cpu_s_with_shared": round(rec["train"]["cpu_s"] + shared.get("mined", 0.0)
                                        + (shared.get("stage1", 0.0) if arm == "paper" else 0.0), 1),
             "machine": rec["machine"]["cpu"], "precision": rec["machine"]["precision"]})
@@ -265,7 +268,8 @@ def table(curve: dict) -> str:
         row = [p["id"], f"{p['epochs']:.2f}"]
         for task in ("scifact", "heldout"):
             row += [f"{p['ndcg10'].get(task, float('nan')):.2f}", cell(p["vs_base"], task), cell(p["vs_control"], task)]
-        lines.append("| " + " | ".join(row + [f"{p['train_cpu_s'] / 3600:.2f}"]) + " |")
+        hours = f"{p['train_cpu_s'] / 3600:.2f}" + (" (resumed: the rest only)" if p["train_resumed"] else "")
+        lines.append("| " + " | ".join(row + [hours]) + " |")
     return "\n".join(lines)
 
 
