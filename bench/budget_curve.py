@@ -285,8 +285,9 @@ def plot(curve: dict, path: Path) -> None:
     lrs = sorted({p["lr"] for p in curve["points"]})
     colours = dict(zip(lrs, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     for ax, task in zip(axes, titles, strict=True):
-        for lr in lrs:
-            for arm, style, shift in (("paper", "o-", 0.97), ("control", "s--", 1.03)):
+        for k, lr in enumerate(lrs):
+            spread = 1.02 ** (k - (len(lrs) - 1) / 2)  # the rates side by side, not on top of each other
+            for arm, style, shift in (("paper", "o-", 0.92 * spread), ("control", "s--", 1.08 * spread)):
                 pts = [p for p in curve["points"] if p["arm"] == arm and p["lr"] == lr and task in p["vs_base"]]
                 if not pts:
                     continue
