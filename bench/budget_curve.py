@@ -27,7 +27,8 @@ curve fills across sessions and machines even where WORK is lost. CPU time is th
 user + system time (``getrusage``), wall time the elapsed time; both include validation.
 Results: ``DOCS/data/budget_curve.json`` and ``DOCS/img/budget_curve.png``, with every point
 against the base and against the control of the same budget and learning rate (95 % paired
-bootstrap intervals), and the table printed.
+bootstrap intervals), and the table printed; then, per arm and learning rate, the budget for a
+default: the smallest whose scores no task tells from the arm's best point.
 """
 
 from __future__ import annotations
@@ -234,7 +235,28 @@ def collect(results: Path) -> dict:
             "stage1": {s.task: round(100 * s.value, 2) for s in stage1} if stage1 else None,
             "stage1_vs_base": _against(stage1, base) if stage1 else None,
             "shared_cpu_s": shared,
-            "points": sorted(points, key=lambda p: (p["lr"], p["arm"], p["total_steps"]))}
+            "points": sorted(points, key=lambda p: (p["lr"], p["arm"], p["total_steps"])),
+            "recommended": recommend(points, {k: _scores(r) for k, r in records.items() if "_lr" in k})}
+
+
+def recommend(points: list[dict], scores: dict[str, list[TaskScore]]) -> list[dict]:
+    """The budget for a default, per arm and learning rate measured at two budgets or
+    more: the best point (the highest gain over the base, summed over the tasks) and the smallest
+    budget that no task tells from it (each paired interval against the best holds 0 or lies
+    above it)."""
+    out = []
+    for arm, lr in sorted({(p["arm"], p["lr"]) for p in points}):
+        line = sorted((p for p in points if p["arm"] == arm and p["lr"] == lr), key=lambda p: p["total_steps"])
+        if len(line) < 2:
+            continue
+        best = max(line, key=lambda p: sum(d["mean"] for d in p["vs_base"].values()))
+        for p in line:
+            against = _against(scores[p["id"]], scores[best["id"]]) if p is not best else {}
+            if all(d["high"] >= 0 for d in against.values()):
+                out.append({"arm": arm, "lr": lr, "best": best["id"], "smallest": p["id"], "vs_best": against,
+                            "budgets": [q["id"] for q in line]})
+                break
+    return out
 
 
 def _cpu_name() -> str:
@@ -339,6 +361,10 @@ def main() -> None:
     (args.docs / "data" / "budget_curve.json").write_text(json.dumps(curve, indent=1) + "\n")
     plot(curve, args.docs / "img" / "budget_curve.png")
     print(table(curve))
+    for r in curve["recommended"]:
+        tell = "; ".join(f"{task} {cell(r['vs_best'], task)} against it" for task in r["vs_best"])
+        print(f"\n{r['arm']}, lr {r['lr']:g} ({', '.join(r['budgets'])}): best {r['best']}; the smallest budget "
+              f"within its noise: {r['smallest']} ({tell or 'the best itself'})")
 
 
 if __name__ == "__main__":
