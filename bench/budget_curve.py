@@ -28,7 +28,8 @@ user + system time (``getrusage``), wall time the elapsed time; both include val
 Results: ``DOCS/data/budget_curve.json`` and ``DOCS/img/budget_curve.png``, with every point
 against the base and against the control of the same budget and learning rate (95 % paired
 bootstrap intervals), and the table printed; then, per arm and learning rate, the budget for a
-default: the smallest whose scores no task tells from the arm's best point.
+default: the smallest that no other budget of the arm beats on any task (a paired interval
+wholly above it).
 """
 
 from __future__ import annotations
@@ -194,10 +195,15 @@ def _scores(record: dict | None) -> list[TaskScore] | None:
     return None if record is None else [TaskScore(**s) for s in record["scores"]]
 
 
+def _diffs(model: list[TaskScore], reference: list[TaskScore]) -> dict[str, dict]:
+    """``model`` − ``reference`` per task: the mean per-query difference and its 95 % paired interval."""
+    return {d["task"]: d for d in paired_differences({"reference": reference, "model": model})}
+
+
 def _against(model: list[TaskScore], reference: list[TaskScore]) -> dict[str, dict]:
-    diffs = paired_differences({"reference": reference, "model": model})
-    return {d["task"]: {k: round(100 * d[k], 2) for k in ("mean", "low", "high")} | {"changed": d["changed"]}
-            for d in diffs}
+    """:func:`_diffs` as the report shows it: × 100, rounded, and how many queries changed."""
+    return {task: {k: round(100 * d[k], 2) for k in ("mean", "low", "high")} | {"changed": d["changed"]}
+            for task, d in _diffs(model, reference).items()}
 
 
 def collect(results: Path) -> dict:
@@ -236,26 +242,32 @@ def collect(results: Path) -> dict:
             "stage1_vs_base": _against(stage1, base) if stage1 else None,
             "shared_cpu_s": shared,
             "points": sorted(points, key=lambda p: (p["lr"], p["arm"], p["total_steps"])),
-            "recommended": recommend(points, {k: _scores(r) for k, r in records.items() if "_lr" in k})}
+            "recommended": recommend(points, {k: _scores(r) for k, r in records.items() if "_lr" in k}, base)}
 
 
-def recommend(points: list[dict], scores: dict[str, list[TaskScore]]) -> list[dict]:
-    """The budget for a default, per arm and learning rate measured at two budgets or
-    more: the best point (the highest gain over the base, summed over the tasks) and the smallest
-    budget that no task tells from it (each paired interval against the best holds 0 or lies
-    above it)."""
+def recommend(points: list[dict], scores: dict[str, list[TaskScore]], base: list[TaskScore]) -> list[dict]:
+    """The budget for a default, per arm and learning rate measured at two budgets or more (on
+    the points scored on every task the base is): the smallest budget that no other budget of the
+    arm beats on any task, a paired 95 % interval wholly above it. Tested against the best point
+    alone, a noisy best could pass a budget that a nearer one beats. Also the best (the highest
+    gain over the base summed over the tasks) with the recommended budget against it, and which
+    budgets are beaten by which; ``smallest`` is None where every budget is beaten."""
+    tasks = {s.task for s in base if s.per_query}
     out = []
     for arm, lr in sorted({(p["arm"], p["lr"]) for p in points}):
-        line = sorted((p for p in points if p["arm"] == arm and p["lr"] == lr), key=lambda p: p["total_steps"])
+        line = sorted((p["id"] for p in points if p["arm"] == arm and p["lr"] == lr and tasks <= set(p["vs_base"])),
+                      key=lambda pid: next(p["total_steps"] for p in points if p["id"] == pid))
         if len(line) < 2:
             continue
-        best = max(line, key=lambda p: sum(d["mean"] for d in p["vs_base"].values()))
-        for p in line:
-            against = _against(scores[p["id"]], scores[best["id"]]) if p is not best else {}
-            if all(d["high"] >= 0 for d in against.values()):
-                out.append({"arm": arm, "lr": lr, "best": best["id"], "smallest": p["id"], "vs_best": against,
-                            "budgets": [q["id"] for q in line]})
-                break
+        gain = {pid: sum(d["mean"] for d in _diffs(scores[pid], base).values()) for pid in line}
+        best = max(line, key=gain.__getitem__)
+        beaten = {pid: sorted({other for other in line if other != pid
+                               for d in _diffs(scores[pid], scores[other]).values() if d["high"] < 0})
+                  for pid in line}
+        smallest = next((pid for pid in line if not beaten[pid]), None)
+        out.append({"arm": arm, "lr": lr, "budgets": line, "best": best, "smallest": smallest,
+                    "vs_best": _against(scores[smallest], scores[best]) if smallest not in (None, best) else {},
+                    "beaten_by": {pid: by for pid, by in beaten.items() if by}})
     return out
 
 
@@ -362,10 +374,15 @@ def main() -> None:
     plot(curve, args.docs / "img" / "budget_curve.png")
     print(table(curve))
     for r in curve["recommended"]:
-        tell = "; ".join(f"{task} {cell(r['vs_best'], task)} against it" for task in r["vs_best"])
-        print(f"\n{r['arm']}, lr {r['lr']:g} ({', '.join(r['budgets'])}): best {r['best']}; the smallest budget "
-              f"within its noise: {r['smallest']} ({tell or 'the best itself'})")
-
+        print(f"\n{r['arm']}, lr {r['lr']:g} ({', '.join(r['budgets'])}):")
+        for pid, by in r["beaten_by"].items():
+            print(f"  {pid} is beaten by {', '.join(by)} (on some task, resolved)")
+        if r["smallest"] is None:
+            print(f"  every budget is beaten on some task; no default from this curve (best: {r['best']})")
+            continue
+        tell = "; ".join(f"{task} {cell(r['vs_best'], task)}" for task in r["vs_best"])
+        print(f"  the smallest budget no other beats: {r['smallest']} "
+              + (f"(against the best, {r['best']}: {tell})" if tell else "(the best itself)"))
 
 if __name__ == "__main__":
     main()

@@ -8,58 +8,86 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "budget_curve.py"
+QUERIES = 200
 
 
-def _curve_module():
+@pytest.fixture(scope="module")
+def curve():
     spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _record(results: Path, name: str, shift: dict[str, float], noise: float = 0.0) -> None:
-    """A record whose per-query NDCG@10 is the base's plus ``shift`` per task (plus noise)."""
-    rng = np.random.default_rng(len(name))
+def _record(results: Path, name: str, shift: float | dict[str, float] = 0.0, spread: float = 0.0,
+            tasks: tuple[str, ...] = ("scifact", "heldout")) -> None:
+    """A record whose per-query NDCG@10 is 0.5 plus ``shift`` (one, or per task), plus and minus
+    ``spread`` on alternate queries (noise that leaves the mean where it is)."""
     scores = []
-    for task in ("scifact", "heldout"):
-        base = np.linspace(0.2, 0.9, 200)
-        values = np.clip(base + shift.get(task, 0.0) + noise * rng.standard_normal(200), 0, 1)
-        per_query = {f"q{i}": float(v) for i, v in enumerate(values)}
-        scores.append({"task": task, "metric": "ndcg_at_10", "value": float(values.mean()), "n": 200,
-                       "per_query": per_query})
-    train = None if name == "base" else {"cpu_s": 60.0, "wall_s": 40.0}
+    for task in tasks:
+        move = shift.get(task, 0.0) if isinstance(shift, dict) else shift
+        values = 0.5 + move + spread * (-1.0) ** np.arange(QUERIES)
+        scores.append({"task": task, "metric": "ndcg_at_10", "value": float(values.mean()), "n": QUERIES,
+                       "per_query": {f"q{i}": float(v) for i, v in enumerate(values)}})
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{name}.json").write_text(json.dumps({
-        "name": name, "machine": {"cpu": "test", "cores": 2, "precision": "fp32"}, "train": train,
-        "scores": scores}))
+        "name": name, "machine": {"cpu": "test", "cores": 2, "precision": "fp32"},
+        "train": None if name == "base" else {"cpu_s": 60.0, "wall_s": 40.0}, "scores": scores}))
 
 
-def test_the_smallest_budget_that_no_task_tells_from_the_best_is_recommended(tmp_path):
-    curve = _curve_module()
-    _record(tmp_path, "base", {})
-    _record(tmp_path, "paper_40_lr1e-05", {"scifact": -0.05, "heldout": -0.05})  # clearly worse
-    _record(tmp_path, "paper_80_lr1e-05", {"heldout": 0.02}, noise=0.05)  # the best's noise
-    _record(tmp_path, "paper_160_lr1e-05", {"heldout": 0.022}, noise=0.05)  # the best, by a little
-    _record(tmp_path, "control_80_lr1e-05", {"heldout": 0.01})
-    _record(tmp_path, "control_160_lr1e-05", {"heldout": 0.05})  # resolved above the 80 steps
-
-    report = curve.collect(tmp_path)
-
-    by_arm = {r["arm"]: r for r in report["recommended"]}
-    assert by_arm["paper"]["best"] == "paper_160_lr1e-05"
-    assert by_arm["paper"]["smallest"] == "paper_80_lr1e-05"
-    assert by_arm["paper"]["vs_best"]["heldout"]["low"] < 0 < by_arm["paper"]["vs_best"]["heldout"]["high"]
-    assert by_arm["control"] == {"arm": "control", "lr": 1e-05, "best": "control_160_lr1e-05",
-                                 "smallest": "control_160_lr1e-05", "vs_best": {},
-                                 "budgets": ["control_80_lr1e-05", "control_160_lr1e-05"]}
+def _by_arm(curve, results: Path) -> dict[str, dict]:
+    return {r["arm"]: r for r in curve.collect(results)["recommended"]}
 
 
-def test_an_arm_measured_at_one_budget_gets_no_recommendation(tmp_path):
-    curve = _curve_module()
-    _record(tmp_path, "base", {})
-    _record(tmp_path, "paper_80_lr0.0001", {"heldout": 0.02})
-    _record(tmp_path, "control_80_lr0.0001", {"heldout": 0.02})
+def test_the_smallest_budget_no_other_beats_is_recommended_not_one_only_a_noisy_best_cannot_tell(curve, tmp_path):
+    _record(tmp_path, "base")
+    # 40 is beaten by 80 (0.02 on every query); the noisy 160 is the best but tells neither from it
+    _record(tmp_path, "paper_40_lr1e-05", 0.0)
+    _record(tmp_path, "paper_80_lr1e-05", 0.02)
+    _record(tmp_path, "paper_160_lr1e-05", 0.025, spread=0.25)
+
+    paper = _by_arm(curve, tmp_path)["paper"]
+
+    assert paper["best"] == "paper_160_lr1e-05"
+    assert paper["beaten_by"] == {"paper_40_lr1e-05": ["paper_80_lr1e-05"]}
+    assert paper["smallest"] == "paper_80_lr1e-05"
+    assert set(paper["vs_best"]) == {"scifact", "heldout"}
+    assert all(d["low"] < 0 < d["high"] for d in paper["vs_best"].values())
+
+
+def test_a_best_in_the_middle_is_recommended_over_smaller_and_larger_budgets(curve, tmp_path):
+    _record(tmp_path, "base")
+    _record(tmp_path, "control_80_lr1e-05", 0.01)
+    _record(tmp_path, "control_160_lr1e-05", 0.05)
+    _record(tmp_path, "control_320_lr1e-05", 0.03)  # past the best: beaten by 160
+
+    control = _by_arm(curve, tmp_path)["control"]
+
+    assert control["best"] == control["smallest"] == "control_160_lr1e-05"
+    assert control["vs_best"] == {}
+    assert control["beaten_by"] == {"control_80_lr1e-05": ["control_160_lr1e-05", "control_320_lr1e-05"],
+                                    "control_320_lr1e-05": ["control_160_lr1e-05"]}
+
+
+def test_no_budget_is_recommended_where_each_is_beaten_on_one_task(curve, tmp_path):
+    _record(tmp_path, "base")
+    _record(tmp_path, "paper_80_lr1e-05", {"scifact": 0.02})
+    _record(tmp_path, "paper_160_lr1e-05", {"heldout": 0.02})
+
+    paper = _by_arm(curve, tmp_path)["paper"]
+
+    assert paper["smallest"] is None
+    assert paper["beaten_by"] == {"paper_80_lr1e-05": ["paper_160_lr1e-05"],
+                                  "paper_160_lr1e-05": ["paper_80_lr1e-05"]}
+
+
+def test_a_point_missing_a_task_and_an_arm_at_one_budget_get_no_recommendation(curve, tmp_path):
+    _record(tmp_path, "base")
+    _record(tmp_path, "paper_80_lr1e-05", 0.01)
+    _record(tmp_path, "paper_160_lr1e-05", 0.2, tasks=("heldout",))  # would win, but is not scored on SciFact
+    _record(tmp_path, "control_80_lr0.0001", 0.02)
 
     assert curve.collect(tmp_path)["recommended"] == []
