@@ -333,12 +333,12 @@ def plot(curve: dict, path: Path) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ticks = sorted({(p["epochs"], p["total_steps"]) for p in curve["points"]})
-        ax.set_xticks([e for e, _ in ticks], [f"{e:.2f}\n{n // 2} + {n // 2} | {n}" for e, n in ticks])
+        ax.set_xticks([e for e, _ in ticks], [f"{e:.2f}\n{n // 2} + {n // 2}\n{n}" for e, n in ticks], fontsize=8)
         ax.minorticks_off()
         if ticks:
             ax.set_xlim(ticks[0][0] / 1.3, ticks[-1][0] * 1.3)
         ax.set_title(f"{titles[task]}: NDCG@10 − base (× 100)", fontsize=10)
-        ax.set_xlabel("passes over the 9,340 training pairs; steps paper (per stage) | control", fontsize=9)
+        ax.set_xlabel("passes over the 9,340 pairs; steps: paper (per stage), control", fontsize=8)
     axes[0].set_ylabel("difference to the base, 95 % paired interval")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7, loc="best")
