@@ -75,7 +75,7 @@ def test_a_second_writer_is_told_who_holds_the_root_and_touches_nothing(tmp_path
 
 def test_wait_takes_the_root_once_the_other_writer_is_done(tmp_path, snapshot):
     root = tmp_path / "root"
-    first = hold(root, seconds=3)
+    first = hold(root, seconds=20)  # longer than the CLI takes to start on a loaded 2-core machine (3 s was not)
     done = mosaic("ingest", "--source", str(snapshot), "-d", str(root), "--wait", home=tmp_path / "home")
     first.wait()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
