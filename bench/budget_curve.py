@@ -255,8 +255,8 @@ def recommend(points: list[dict], scores: dict[str, list[TaskScore]], base: list
     tasks = {s.task for s in base if s.per_query}
     out = []
     for arm, lr in sorted({(p["arm"], p["lr"]) for p in points}):
-        line = sorted((p["id"] for p in points if p["arm"] == arm and p["lr"] == lr and tasks <= set(p["vs_base"])),
-                      key=lambda pid: next(p["total_steps"] for p in points if p["id"] == pid))
+        line = [p["id"] for p in sorted(points, key=lambda p: p["total_steps"])
+                if p["arm"] == arm and p["lr"] == lr and tasks <= set(p["vs_base"])]
         if len(line) < 2:
             continue
         gain = {pid: sum(d["mean"] for d in _diffs(scores[pid], base).values()) for pid in line}
@@ -383,6 +383,7 @@ def main() -> None:
         tell = "; ".join(f"{task} {cell(r['vs_best'], task)}" for task in r["vs_best"])
         print(f"  the smallest budget no other beats: {r['smallest']} "
               + (f"(against the best, {r['best']}: {tell})" if tell else "(the best itself)"))
+
 
 if __name__ == "__main__":
     main()
