@@ -51,7 +51,9 @@ def train(
     preset: Annotated[str, typer.Option(help="Stage list: paper (joint, contrastive), warmup (mlm, joint, "
                                         "contrastive), alpha-0.1..0.5, all-token, mask-0.3, reversed, "
                                         "contrastive-only, multistage (general contrastive, then joint "
-                                        "and contrastive on the domain).")] = "paper",
+                                        "and contrastive on the domain). Each domain stage trains 80 steps "
+                                        "of 32 pairs with one hard negative (the budget curve's choice; "
+                                        "--set max_steps=N, or --set epochs=N for whole passes).")] = "paper",
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Override a stage field: key=value for every stage, stage.key=value for one "
         "(e.g. --set batch_size=256 --set chunk_size=32 --set joint.max_steps=1000).")] = None,

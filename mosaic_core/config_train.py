@@ -218,24 +218,42 @@ def _stages(*specs: tuple[str, str, dict]) -> tuple[StageConfig, ...]:
     return tuple(StageConfig(name=name, kind=kind, **kw) for name, kind, kw in specs)
 
 
+# The budget of every domain stage of the presets, from the budget curve (bench/budget_curve.py;
+# docs/benchmarks.md, "The budget curve"): 80 optimizer steps of 32 pairs, one hard negative each,
+# at the default lr 1e-5. On the real biomedical pairs it is the smallest budget of the paper preset
+# that no other (40, 160 or 292 steps per stage) beats on SciFact or the held-out pairs, at 0.72
+# CPU h on a 2-core VM; one pass per stage (292 steps) is beaten on SciFact. `epochs` (one) still
+# ends a stage first on fewer than 2,560 pairs; an explicit `epochs` replaces the step cap
+# (TrainConfig.preset).
+STAGE_BUDGET: dict = {"batch_size": 32, "max_steps": 80, "hard_negatives": 1}
+
+
+def _domain(name: str, kind: str, kw: dict | None = None) -> tuple[str, str, dict]:
+    """A preset's stage on the domain's pairs: the curve's budget, then the stage's own fields."""
+    return name, kind, {**STAGE_BUDGET, **(kw or {})}
+
+
 PRESETS: dict[str, tuple[StageConfig, ...]] = {
     # The paper: joint domain-restricted MLM + contrastive, then contrastive only.
-    "paper": _stages(("joint", "joint", {}), ("contrastive", "contrastive", {})),
+    "paper": _stages(_domain("joint", "joint"), _domain("contrastive", "contrastive")),
     # Seed 003's domain warm-up first (needed when the base ships no MLM head): until the MLM loss
     # is below 0.85·ln|V_D| (knowing the domain tokens' frequencies alone gives 0.84–0.85 on the biomed
     # abstracts: docs/benchmarks.md), at most 10 epochs; a constant rate, the stop step being unknown.
     "warmup": _stages(("mlm", "mlm", {"lr": 5e-4, "schedule": "constant", "mlm_target": 0.85, "epochs": 10}),
-                      ("joint", "joint", {}), ("contrastive", "contrastive", {})),
+                      _domain("joint", "joint"), _domain("contrastive", "contrastive")),
     # Ablations (paper Table 4/5).
-    **{f"alpha-{a}": _stages(("joint", "joint", {"alpha": a}), ("contrastive", "contrastive", {}))
+    **{f"alpha-{a}": _stages(_domain("joint", "joint", {"alpha": a}), _domain("contrastive", "contrastive"))
        for a in (0.1, 0.2, 0.3, 0.4, 0.5)},
-    "all-token": _stages(("joint", "joint", {"mlm_tokens": "all", "alpha": 0.1}), ("contrastive", "contrastive", {})),
-    "mask-0.3": _stages(("joint", "joint", {"mlm_probability": 0.3}), ("contrastive", "contrastive", {})),
-    "reversed": _stages(("contrastive", "contrastive", {}), ("joint", "joint", {})),
-    "contrastive-only": _stages(("contrastive", "contrastive", {}),),
+    "all-token": _stages(_domain("joint", "joint", {"mlm_tokens": "all", "alpha": 0.1}),
+                         _domain("contrastive", "contrastive")),
+    "mask-0.3": _stages(_domain("joint", "joint", {"mlm_probability": 0.3}), _domain("contrastive", "contrastive")),
+    "reversed": _stages(_domain("contrastive", "contrastive"), _domain("joint", "joint")),
+    # The paper preset's steps in one stage: plain fine-tuning at equal compute (what `control` trains).
+    "contrastive-only": _stages(_domain("contrastive", "contrastive",
+                                        {"max_steps": 2 * STAGE_BUDGET["max_steps"]}),),
     # Seed 004: general retrieval pairs first (set general.pairs), then the domain's joint and contrastive stages.
-    "multistage": _stages(("general", "contrastive", {"hard_negatives": 1}), ("joint", "joint", {}),
-                          ("contrastive", "contrastive", {})),
+    "multistage": _stages(("general", "contrastive", {"hard_negatives": 1}), _domain("joint", "joint"),
+                          _domain("contrastive", "contrastive")),
 }
 
 
@@ -244,7 +262,8 @@ class TrainConfig(Frozen):
 
     stages: tuple[StageConfig, ...] = Field(
         PRESETS["paper"], min_length=1, description="The training stages in order (default: the paper preset, "
-        "joint then contrastive).")
+        "joint then contrastive, each 80 steps of 32 pairs with one hard negative: the budget curve's "
+        "recommendation, docs/benchmarks.md).")
     heldout_pairs: int = Field(
         256, ge=0, description="Test pairs kept out of training: the evaluation's held-out task and the publish gate.")
     validation_pairs: int = Field(
@@ -298,6 +317,11 @@ class TrainConfig(Frozen):
         if unknown:
             raise ValueError(f"no stage {sorted(unknown)} in preset {name!r} "
                              f"({', '.join(s.name for s in PRESETS[name])})")
-        stages = tuple(StageConfig.model_validate({**s.model_dump(), **(overrides or {}),
-                                                   **(per_stage or {}).get(s.name, {})}) for s in PRESETS[name])
-        return cls(stages=stages, **kwargs)
+        stages = []
+        for stage in PRESETS[name]:
+            given = {**(overrides or {}), **(per_stage or {}).get(stage.name, {})}
+            fields = {**stage.model_dump(), **given}
+            if "epochs" in given and "max_steps" not in given:
+                fields["max_steps"] = None  # passes asked for: the preset's step cap would cut them short
+            stages.append(StageConfig.model_validate(fields))
+        return cls(stages=tuple(stages), **kwargs)

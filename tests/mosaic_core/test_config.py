@@ -1,4 +1,4 @@
-"""What the pipeline config derives: the plain fine-tuning control of a run."""
+"""What the pipeline config derives: the presets' budget and the plain fine-tuning control of a run."""
 
 import pytest
 from pydantic import ValidationError
@@ -16,6 +16,25 @@ def test_the_control_is_one_contrastive_stage_with_the_run_s_budget_pairs_and_pr
     assert train.control().merge_weights == () and train.control().heldout_pairs == train.heldout_pairs
     by_epochs = TrainConfig.preset("paper", {"epochs": 2}).control().stages[0]
     assert (by_epochs.max_steps, by_epochs.epochs) == (None, 4)
+
+
+def test_the_presets_train_the_budget_curve_s_recommendation_unless_passes_are_asked_for():
+    budget = {"max_steps": 80, "batch_size": 32, "hard_negatives": 1}
+    default = TrainConfig()  # what `mosaic run` trains on PubMed
+    assert [{k: getattr(s, k) for k in budget} for s in default.stages] == [budget, budget]
+    assert [s.epochs for s in default.stages] == [1, 1]  # one pass still ends a stage on < 2,560 pairs
+    assert default.control().stages[0].max_steps == 160
+    assert TrainConfig.preset("contrastive-only").stages[0].max_steps == 160  # equal compute to the paper preset
+    warmup = TrainConfig.preset("warmup").stages
+    assert [s.max_steps for s in warmup] == [None, 80, 80] and warmup[0].batch_size == 128  # the MLM warm-up's own
+    general = TrainConfig.preset("multistage").stages[0]
+    assert (general.max_steps, general.batch_size) == (None, 128)  # general pairs: not the domain's budget
+    # Passes asked for replace the step cap, stage by stage; a cap given with them stays.
+    assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3}).stages] == [None, None]
+    assert [s.max_steps for s in TrainConfig.preset("paper", None, {"joint": {"epochs": 3}}).stages] == [None, 80]
+    assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3, "max_steps": 500}).stages] == [500, 500]
+    assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3}, {"joint": {"max_steps": 9}}).stages] \
+        == [9, None]
 
 
 def test_beating_the_control_needs_a_control():
