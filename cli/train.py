@@ -80,8 +80,9 @@ def train(
 
     Each stage saves a model that SentenceTransformer/AutoModel load directly; with eval_every
     set, the model of its best validation NDCG@10. Completed stages come from cache on a rerun;
-    an interrupted stage resumes from its last checkpoint. Hard negatives (--set
-    hard_negatives=N) come from the consistency filter, or are mined when a pairs file has none.
+    an interrupted stage resumes from its last checkpoint. Hard negatives (the presets use one per
+    pair; --set hard_negatives=N) come from the consistency filter, or are mined once with the input
+    model when a pairs file has none (--set hard_negatives=0 skips that).
     """
     from flows.train import train_flow
 

@@ -227,8 +227,10 @@ def config_markdown() -> str:
             out.append(f"| `{name}` | {_type(field.annotation, links)} | {_cell(_default(field))} | "
                        f"{_cell(description)} |")
         out.append("")
-    out += ["## Training presets", "", "`mosaic train --preset NAME` (and `train.stages` in a YAML) start from "
-            "these stage lists; fields not shown take the defaults of [train.stages[]](#trainstages).", "",
+    out += ["## Training presets", "",
+            "`mosaic train --preset NAME` starts from these stage lists, and a pipeline without `train.stages` "
+            "trains `paper`; fields not shown take the defaults of [train.stages[]](#trainstages), as does every "
+            "stage written out in a YAML.", "",
             "| preset | stages (kind, settings that differ from the defaults) |", "| --- | --- |"]
     for name, stages in PRESETS.items():
         described = []

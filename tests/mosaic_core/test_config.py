@@ -19,18 +19,27 @@ def test_the_control_is_one_contrastive_stage_with_the_run_s_budget_pairs_and_pr
 
 
 def test_the_presets_train_the_budget_curve_s_recommendation_unless_passes_are_asked_for():
-    budget = {"max_steps": 80, "batch_size": 32, "hard_negatives": 1}
+    from mosaic_core.trainer.build import total_steps
+    from mosaic_core.trainer.data import BatchPlan
+
+    budget = {"max_steps": 80, "batch_size": 32, "hard_negatives": 1, "eval_every": 20}
     default = TrainConfig()  # what `mosaic run` trains on PubMed
     assert [{k: getattr(s, k) for k in budget} for s in default.stages] == [budget, budget]
-    assert [s.epochs for s in default.stages] == [1, 1]  # one pass still ends a stage on < 2,560 pairs
+    # The steps are the budget whatever the pairs: several passes over 300, a quarter of one over 10,000.
+    joint = default.stages[0]
+    assert [total_steps(joint, BatchPlan(n, joint.batch_size, 0)) for n in (300, 10_000)] == [80, 80]
     assert default.control().stages[0].max_steps == 160
+    assert PipelineConfig.load({}).train.stages == default.stages
+    written = PipelineConfig.load({"train": {"stages": [{"name": "j", "kind": "joint"}]}}).train.stages[0]
+    assert (written.max_steps, written.batch_size, written.hard_negatives) == (None, 128, 0)  # a YAML stage's own
     assert TrainConfig.preset("contrastive-only").stages[0].max_steps == 160  # equal compute to the paper preset
     warmup = TrainConfig.preset("warmup").stages
     assert [s.max_steps for s in warmup] == [None, 80, 80] and warmup[0].batch_size == 128  # the MLM warm-up's own
     general = TrainConfig.preset("multistage").stages[0]
     assert (general.max_steps, general.batch_size) == (None, 128)  # general pairs: not the domain's budget
     # Passes asked for replace the step cap, stage by stage; a cap given with them stays.
-    assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3}).stages] == [None, None]
+    three_passes = TrainConfig.preset("paper", {"epochs": "3"}).stages[0]  # `--set epochs=3` arrives as a string
+    assert three_passes.max_steps is None and total_steps(three_passes, BatchPlan(320, 32, 0)) == 30
     assert [s.max_steps for s in TrainConfig.preset("paper", None, {"joint": {"epochs": 3}}).stages] == [None, 80]
     assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3, "max_steps": 500}).stages] == [500, 500]
     assert [s.max_steps for s in TrainConfig.preset("paper", {"epochs": 3}, {"joint": {"max_steps": 9}}).stages] \
