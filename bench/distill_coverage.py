@@ -27,7 +27,7 @@ from mosaic_core.config import DistillConfig, VocabConfig  # noqa: E402
 from mosaic_core.modeling.refs import resolve_model  # noqa: E402
 from mosaic_core.vocab.build import split_heldout  # noqa: E402
 from mosaic_core.vocab.distill import _order, _windows  # noqa: E402
-from storage.pairs_io import corpus_texts  # noqa: E402
+from storage.pairs_io import iter_corpus_texts  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--steps", nargs="+", type=int, default=[1000, 200])
     args = ap.parse_args()
 
-    texts = corpus_texts(args.corpus, tuple(args.columns))
+    texts = list(iter_corpus_texts(args.corpus, tuple(args.columns)))
     train, heldout = split_heldout(texts, VocabConfig().heldout_every)
     base = AutoTokenizer.from_pretrained(resolve_model(args.base_model))
     new = AutoTokenizer.from_pretrained(args.stage1)

@@ -140,11 +140,11 @@ def diagnose(
     neighbours are by cosine over the input embedding matrix (seed 003's diagnostic).
     """
     from mosaic_core.evaluate.diagnose import diagnose_term, term_sentences
-    from storage.pairs_io import corpus_texts
+    from storage.pairs_io import iter_corpus_texts
 
     texts = list(text or [])
     if corpus:
-        texts += corpus_texts(corpus, tuple(columns or ("query", "document")))
+        texts += iter_corpus_texts(corpus, tuple(columns or ("query", "document")))
     sentences = term_sentences(texts, term, max_sentences)
     if (text or corpus) and not sentences:
         console.print(f"[yellow]{term!r} occurs in none of the given texts: no MLM scores[/yellow]")

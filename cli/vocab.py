@@ -62,6 +62,9 @@ def vocab(
     model_kind: Annotated[str, typer.Option(
         help="sparse: write a SPLADE SparseEncoder, the new rows also new output dimensions of the MLM head.")
     ] = "dense",
+    sample_texts: Annotated[int, typer.Option(
+        help="Read at most this many texts of the corpus (those with the smallest content hash; all of a smaller "
+        "corpus): stage 1's time and memory stop growing with the corpus.")] = VocabConfig().sample_texts,
 ) -> None:
     """Stage 1: train a domain tokenizer and add its useful new tokens to the base model.
 
@@ -87,7 +90,7 @@ def vocab(
                                  "contexts": distill_contexts, "per_token": distill_per_token,
                                  **({"max_steps": distill_steps} if distill_steps else {})},
                         text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
-                        model_kind=model_kind)
+                        model_kind=model_kind, sample_texts=sample_texts)
     check_pairs_source(corpus, cfg.text_columns, "--corpus")
     if reduce_to_corpus:
         check_pairs_source(reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")

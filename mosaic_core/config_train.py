@@ -71,8 +71,13 @@ class VocabConfig(Frozen):
         "0.3 was chosen: the largest share of the trade-off that keeps half the fertility gain.")
     prune_sentences: int = Field(
         8, gt=0, description="prune: training sentences per token on which its cost is measured.")
+    sample_texts: int = Field(
+        100_000, gt=0, description="Stage 1 reads at most this many texts of the corpus: those with the smallest "
+        "content hash, in corpus order (the whole corpus when it has fewer). Its time and memory then stop growing "
+        "with the corpus; docs/benchmarks.md measures what the sample size changes.")
     heldout_every: int = Field(
-        20, ge=2, description="Every n-th text is held out of training (fertility, drift, distillation's stop)."
+        20, ge=2, description="Every n-th text of the sample is held out of training (fertility, drift, "
+        "distillation's stop)."
     )
     text_columns: tuple[str, ...] = Field(
         ("query", "document"), min_length=1, description="Text columns of a pairs-file corpus."

@@ -229,18 +229,71 @@ def read_pairs(source: str, query_col: str = "query", doc_col: str = "document")
     return [(q, d) for q, d, *_ in rows], skipped
 
 
-def corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> list[str]:
-    """Non-empty texts of ``columns`` from a pairs file, or from a data root: its
-    ``training_pairs`` once the filter has run, else its ``latest_pairs``."""
+def _file_texts(path: Path, columns: tuple[str, ...], batch_rows: int = 8192) -> Iterator[list]:
+    """Batches of rows (one list per column) of a pairs file, streamed: JSONL line by line, Parquet
+    by row group, CSV by block; never the whole file in memory."""
+    if path.suffix in (".jsonl", ".json"):
+        bad, batch = {}, [[] for _ in columns]
+        for line in _jsonl_lines(path, bad):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                rec = None
+            if not isinstance(rec, dict):
+                bad["invalid_json"] = bad.get("invalid_json", 0) + 1
+                continue
+            for values, column in zip(batch, columns, strict=True):
+                values.append(rec.get(column))
+            if len(batch[0]) >= batch_rows:
+                yield batch
+                batch = [[] for _ in columns]
+        yield batch
+        if bad.get("invalid_json"):
+            log.warning("%s: skipped %d lines that are not JSON objects", path, bad["invalid_json"])
+        return
+    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    try:
+        if suffix == ".parquet":
+            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=list(columns))
+        elif suffix in (".csv", ".csv.gz", ".tsv"):
+            batches = pacsv.open_csv(path, parse_options=pacsv.ParseOptions(delimiter="\t" if suffix == ".tsv"
+                                                                            else ","))
+        else:
+            raise CorpusError(f"{path}: unknown format {suffix!r}; use .jsonl, .parquet or .csv")
+        for batch in batches:
+            yield [batch.column(c).to_pylist() for c in columns]
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"{path}: cannot be read as {suffix}: {exc}") from exc
+
+
+def _root_texts(path: Path, batch_rows: int = 8192) -> Iterator[list]:
+    """Batches of (queries, documents) of a data root, streamed from its catalog in
+    :func:`_root_pairs`'s order."""
+    with Catalog(DataLayout(path)) as cat:
+        cat.refresh()
+        filtered = (path / "manifests" / "filter").is_dir()
+        reader = cat.con.execute(
+            "SELECT query, document FROM training_pairs ORDER BY source_file, pair_id" if filtered
+            else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid").fetch_record_batch(batch_rows)
+        for batch in reader:
+            yield [batch.column(0).to_pylist(), batch.column(1).to_pylist()]
+
+
+def iter_corpus_texts(source: str, columns: tuple[str, ...] = ("query", "document")) -> Iterator[str]:
+    """Non-empty texts of ``columns`` from a pairs file, or from a data root (its
+    ``training_pairs`` once the filter has run, else its ``latest_pairs``), row by row, streamed:
+    memory does not grow with the corpus. Lines that cannot be read are skipped and logged."""
     path = Path(source).expanduser()
     if _is_data_root(path):
-        return [t for row in _root_pairs(path) for t in row if t]
-    if not path.is_file():
+        batches = _root_texts(path)
+    elif path.is_file():
+        check_pairs_source(str(path), columns, "corpus")
+        batches = _file_texts(path, columns)
+    else:
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
-    rows, bad = file_rows_counted(path, columns)
-    if bad.get("invalid_json"):
-        log.warning("%s: skipped %d lines that are not JSON objects", path, bad["invalid_json"])
-    return [t for row in rows for t in row if _usable(t)]
+    for batch in batches:
+        for row in zip(*batch, strict=True):
+            yield from (t for t in row if _usable(t))
 
 
 def corpus_fingerprint(source: str) -> str:

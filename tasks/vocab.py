@@ -15,7 +15,8 @@ from mosaic_core.modeling.modeldir import has_domain_ids
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from mosaic_core.vocab import build as vocab
-from storage.pairs_io import corpus_fingerprint, corpus_texts
+from mosaic_core.vocab.sample import bottom_k
+from storage.pairs_io import corpus_fingerprint, iter_corpus_texts
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
@@ -42,12 +43,14 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
 def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     """Train the domain tokenizer on ``corpus`` and write the expanded model to ``out_dir``;
     returns the report as a dict (small: a manifest, never the model)."""
-    texts = corpus_texts(corpus, cfg.text_columns)
-    log.info("stage 1: %d texts from %s", len(texts), corpus)
-    reduce_texts = corpus_texts(cfg.reduce_to_corpus, cfg.text_columns) if cfg.reduce_to_corpus else None
+    sample = bottom_k(iter_corpus_texts(corpus, cfg.text_columns), cfg.sample_texts)
+    log.info("stage 1: %s texts from %s", f"{sample.corpus_texts:,}" if sample.whole else
+             f"a sample of {len(sample.texts):,} of the {sample.corpus_texts:,}", corpus)
+    reduce_texts = list(iter_corpus_texts(cfg.reduce_to_corpus, cfg.text_columns)) if cfg.reduce_to_corpus else None
     existed = Path(out_dir).exists()
     try:
-        report = vocab.build_expanded_model(texts, Path(out_dir), cfg, reduce_texts, progress=True)
+        report = vocab.build_expanded_model(sample.texts, Path(out_dir), cfg, reduce_texts, progress=True,
+                                            corpus_texts=sample.corpus_texts)
     except BaseException:
         if not existed and Path(out_dir).is_dir() and not any(Path(out_dir).iterdir()):  # no empty folder left
             Path(out_dir).rmdir()

@@ -127,12 +127,13 @@ def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new
 
 
 def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, reduce_texts: Sequence[str],
-                        progress: bool) -> VocabReport:
+                        progress: bool, corpus_texts: int | None) -> VocabReport:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
         reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
         prompts = resolve_prompts(resolve_model(cfg.base_model), cfg.prompts)  # the base's, not the copy's
         report = build_expanded_model(texts, out_dir, cfg.model_copy(update={
-            "base_model": reduced_dir, "prompts": PromptsConfig(**prompts.as_dict())}), progress=progress)
+            "base_model": reduced_dir, "prompts": PromptsConfig(**prompts.as_dict())}), progress=progress,
+            corpus_texts=corpus_texts)
     report.reduction, report.base_model = asdict(reduction), cfg.base_model
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
@@ -149,6 +150,7 @@ class _Clock:
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         self.laps[name] = self.laps.get(name, 0.0) + now - self._t
+        log.info("stage 1: %s done in %.0f s", name, now - self._t)
         self._t = now
 
 
@@ -329,7 +331,8 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
-                         reduce_texts: Sequence[str] | None = None, progress: bool = False) -> VocabReport:
+                         reduce_texts: Sequence[str] | None = None, progress: bool = False,
+                         corpus_texts: int | None = None) -> VocabReport:
     """Stage 1 end to end: train the domain tokenizer, select its tokens by evidence, expand the
     tokenizer and the embeddings, initialise the new rows (mean of pieces, then distilled),
     save, report.
@@ -337,14 +340,15 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     ``out_dir`` receives a model that ``SentenceTransformer(out_dir)`` and
     ``AutoModel``/``AutoTokenizer`` load directly, plus V_D and the report
     (:mod:`mosaic_core.modeling.modeldir`). With ``reduce_texts`` the base vocabulary is first reduced
-    to the rows those texts use (:func:`reduce_vocabulary`), then expanded.
+    to the rows those texts use (:func:`reduce_vocabulary`), then expanded. ``corpus_texts``: how
+    many texts the corpus had when ``texts`` is a sample of it (:mod:`mosaic_core.vocab.sample`).
     """
     from sentence_transformers import SentenceTransformer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if reduce_texts is not None:
-        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress)
+        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress, corpus_texts)
     clock = _Clock()
     st = SentenceTransformer(resolve_model(cfg.base_model), device="cpu")
     transformer, base_tok = st[0], st[0].tokenizer
@@ -375,6 +379,7 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     write_domain_ids(out_dir, new_ids)
     clock.lap("save")
     report = _report(plan, base_tok, expanded, entries, cfg, rows, pruned, clock)
+    report.corpus = {"texts": corpus_texts or len(texts), "sampled": len(texts)}
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
     log.info("stage 1: added %d of %d candidate tokens; fertility %.3f -> %.3f", report.tokens_added,

@@ -39,8 +39,9 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -58,13 +59,18 @@ CHECKPOINT = "distill-state.pt"
 
 @dataclass
 class Window:
-    """One training text cut to at most ``max_length`` base tokens, in both tokenizations.
+    """One training text cut to at most ``max_length`` base tokens, in both tokenizations, as
+    int32 arrays (a drawn window costs 12 bytes a token, a list of ints about ten times that).
 
     ``align[j]`` is the new-token position that base position ``j`` falls in."""
 
-    base_ids: list[int]
-    new_ids: list[int]
-    align: list[int]
+    base_ids: np.ndarray
+    new_ids: np.ndarray
+    align: np.ndarray
+
+    def new_tokens(self, first_new_id: int) -> list[int]:
+        """The distinct new tokens (ids from ``first_new_id`` on) it holds, ascending."""
+        return np.unique(self.new_ids[self.new_ids >= first_new_id]).tolist()
 
 
 def _spans(encoding) -> tuple[np.ndarray, np.ndarray]:
@@ -102,11 +108,13 @@ def _plain_backend(tokenizer):
     return backend
 
 
-def make_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first_new_id: int) -> list[Window]:
-    """Windows of the texts that hold at least one new token (the others cannot teach a new row).
+WINDOW_CHUNK = 4096
+"""Texts tokenized at once when windows are made from a stream of them."""
 
-    A text is cut after its ``max_length``-th base token (specials included), at a character
-    position, so both tokenizations read exactly the same characters."""
+
+def _indexed_windows(texts: Sequence[str], base_tok, new_tok, max_length: int,
+                     first_new_id: int) -> list[tuple[int, Window]]:
+    """(position in ``texts``, window) of each text that holds a new token (:func:`make_windows`)."""
     cut = base_tok(list(texts), truncation=True, max_length=max_length, return_offsets_mapping=True,
                    return_special_tokens_mask=True)
     pieces = []
@@ -116,42 +124,93 @@ def make_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first
     base_enc = _plain_backend(base_tok).encode_batch(pieces)
     new_enc = _plain_backend(new_tok).encode_batch(pieces)
     windows = []
-    for b, n in zip(base_enc, new_enc, strict=True):
+    for i, (b, n) in enumerate(zip(base_enc, new_enc, strict=True)):
         if not n.ids or max(n.ids) < first_new_id or len(b.ids) > max_length:
             continue
         align = align_positions(b, n)
         if align is not None:
-            windows.append(Window(b.ids, n.ids, align))
+            windows.append((i, Window(*(np.asarray(x, dtype=np.int32) for x in (b.ids, n.ids, align)))))
     return windows
+
+
+def make_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first_new_id: int) -> list[Window]:
+    """Windows of the texts that hold at least one new token (the others cannot teach a new row).
+
+    A text is cut after its ``max_length``-th base token (specials included), at a character
+    position, so both tokenizations read exactly the same characters."""
+    return [w for _, w in _indexed_windows(texts, base_tok, new_tok, max_length, first_new_id)]
+
+
+def iter_windows(texts: Iterable[str], base_tok, new_tok, max_length: int,
+                 first_new_id: int) -> Iterator[tuple[int, Window]]:
+    """(position in ``texts``, window) of each text that holds a new token, as :func:`make_windows`
+    makes them, tokenizing :data:`WINDOW_CHUNK` texts at a time: memory holds one chunk's
+    encodings, not the corpus's."""
+    it, start = iter(texts), 0
+    while batch := list(islice(it, WINDOW_CHUNK)):
+        for i, window in _indexed_windows(batch, base_tok, new_tok, max_length, first_new_id):
+            yield start + i, window
+        start += len(batch)
+
+
+def first_windows(texts: Iterable[str], base_tok, new_tok, max_length: int, first_new_id: int,
+                  limit: int | None) -> list[Window]:
+    """``make_windows(texts)[:limit]``, tokenizing only as far as it needs."""
+    return [w for _, w in islice(iter_windows(texts, base_tok, new_tok, max_length, first_new_id), limit)]
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 
 
-def split_sentences(texts: Sequence[str]) -> list[str]:
+def iter_sentences(texts: Iterable[str]) -> Iterator[str]:
     """The texts split after a sentence's final ``.``, ``!`` or ``?`` (when the next one starts
     with a capital, a digit or a bracket). An abbreviation may split a sentence in two: both
     halves are still contexts of the words they hold."""
-    return [s for text in texts for s in _SENTENCE_END.split(text.strip()) if s]
+    for text in texts:
+        yield from (s for s in _SENTENCE_END.split(text.strip()) if s)
 
 
-def _draw(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[tuple[Window, list[int]]]:
-    """(window, the new tokens it was drawn for): in a seeded random order, a window is kept
-    while one of its new tokens has fewer than ``k`` kept windows."""
+def split_sentences(texts: Iterable[str]) -> list[str]:
+    """:func:`iter_sentences` as a list."""
+    return list(iter_sentences(texts))
+
+
+def draw_sets(tokens: Sequence[Sequence[int]], k: int, seed: int) -> list[tuple[int, list[int]]]:
+    """(window number, the new tokens it was drawn for), from each window's distinct new tokens
+    ``tokens``: in a seeded random order, a window is kept while one of its new tokens has fewer
+    than ``k`` kept windows. Stops once every token has its ``k`` (no later window would be kept)."""
     seen: Counter[int] = Counter()
+    open_tokens = len({t for ts in tokens for t in ts})
     kept = []
-    for i in _order(len(windows), seed, 0):
-        tokens = sorted({t for t in windows[i].new_ids if t >= first_new_id})
-        owed = [t for t in tokens if seen[t] < k]
-        if owed:
-            kept.append((windows[i], owed))
-            seen.update(tokens)
+    for i in _order(len(tokens), seed, 0):
+        if not open_tokens:
+            break
+        owed = [t for t in tokens[i] if seen[t] < k]
+        if not owed:
+            continue
+        kept.append((i, owed))
+        for t in tokens[i]:
+            seen[t] += 1
+            open_tokens -= seen[t] == k
     return kept
 
 
-def per_token_windows(windows: list[Window], first_new_id: int, k: int, seed: int) -> list[Window]:
-    """Windows drawn so each new token is in up to ``k`` of them (:func:`_draw`'s windows)."""
-    return [w for w, _ in _draw(windows, first_new_id, k, seed)]
+def draw_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first_new_id: int, k: int,
+                 seed: int) -> list[tuple[Window, list[int]]]:
+    """(window, the new tokens it was drawn for) of the sentences of ``texts``, drawn per new token
+    (:func:`draw_sets`) as from ``make_windows(split_sentences(texts))``, without holding those
+    windows: a first pass keeps each window's sentence number and new tokens, the draw runs on
+    them, a second pass tokenizes again only the sentences drawn."""
+    where, tokens = [], []
+    for i, window in iter_windows(iter_sentences(texts), base_tok, new_tok, max_length, first_new_id):
+        where.append(i)
+        tokens.append(window.new_tokens(first_new_id))
+    drawn = draw_sets(tokens, k, seed)
+    wanted = {where[w] for w, _ in drawn}
+    chosen = [(i, s) for i, s in enumerate(iter_sentences(texts)) if i in wanted]
+    built = {chosen[j][0]: w for j, w in iter_windows([s for _, s in chosen], base_tok, new_tok, max_length,
+                                                      first_new_id)}
+    return [(built[where[w]], owed) for w, owed in drawn]
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,7 +218,7 @@ def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
+        ids[i, : len(r)] = torch.as_tensor(r)
         mask[i, : len(r)] = 1
     return ids, mask
 
@@ -171,7 +230,7 @@ def collate(windows: list[Window], pad_id: int) -> dict[str, torch.Tensor]:
     new_ids, new_mask = _pad([w.new_ids for w in windows], pad_id)
     assign = torch.zeros(len(windows), new_ids.shape[1], base_ids.shape[1])
     for i, w in enumerate(windows):
-        assign[i, torch.tensor(w.align), torch.arange(len(w.align))] = 1.0
+        assign[i, torch.as_tensor(w.align, dtype=torch.long), torch.arange(len(w.align))] = 1.0
     assign = assign / assign.sum(-1, keepdim=True).clamp(min=1.0)
     return {"base_ids": base_ids, "base_mask": base_mask, "new_ids": new_ids, "new_mask": new_mask,
             "assign": assign}
@@ -319,14 +378,17 @@ class DistillState:
             self.bad_evals += 1
 
 
-def _windows(train_texts, heldout_texts, base_tok, new_tok, first: int, cfg: DistillConfig):
-    sentences = cfg.contexts == "sentences"
-    train = make_windows(split_sentences(train_texts) if sentences else train_texts, base_tok, new_tok,
-                         cfg.max_length, first)
-    if sentences:
-        train = per_token_windows(train, first, cfg.per_token, cfg.seed)
-    train = train[: cfg.max_texts]
-    heldout = make_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first)[: cfg.heldout_texts]
+def _windows(train_texts: Sequence[str], heldout_texts: Sequence[str], base_tok, new_tok, first: int,
+             cfg: DistillConfig) -> tuple[list[Window], list[Window]]:
+    """(training windows, held-out windows): per-token sentences (:func:`draw_windows`) or the first
+    ``max_texts`` texts' windows, and the first ``heldout_texts`` held-out windows; streamed, so
+    only the windows used are ever held."""
+    if cfg.contexts == "sentences":
+        drawn = draw_windows(train_texts, base_tok, new_tok, cfg.max_length, first, cfg.per_token, cfg.seed)
+        train = [w for w, _ in drawn][: cfg.max_texts]
+    else:
+        train = first_windows(train_texts, base_tok, new_tok, cfg.max_length, first, cfg.max_texts)
+    heldout = first_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first, cfg.heldout_texts)
     if not train or not heldout:
         raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "
                          "held-out windows; use init='mean' for so small a corpus")
@@ -423,9 +485,9 @@ def drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, texts: 
 def reverted(window: Window, token: int) -> list[int]:
     """``window``'s new ids with every occurrence of ``token`` read as its base pieces again."""
     covers: dict[int, list[int]] = {}
-    for j, p in enumerate(window.align):
-        covers.setdefault(p, []).append(window.base_ids[j])
-    return [i for p, t in enumerate(window.new_ids) for i in (covers.get(p, []) if t == token else [t])]
+    for p, b in zip(window.align.tolist(), window.base_ids.tolist(), strict=True):
+        covers.setdefault(p, []).append(b)
+    return [i for p, t in enumerate(window.new_ids.tolist()) for i in (covers.get(p, []) if t == token else [t])]
 
 
 @torch.no_grad()
@@ -464,7 +526,7 @@ def token_drift(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, t
     holding it, the mean and the total rise; largest total first. A token whose row reproduces
     its pieces well rises by about 0; a negative rise means the row does better than its pieces."""
     encoder.eval()
-    windows = [(w, sorted({t for t in w.new_ids if t >= first_new_id}))
+    windows = [(w, w.new_tokens(first_new_id))
                for w in make_windows(texts, base_tok, new_tok, max_length, first_new_id)]
     rises = _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size)
     out = [{"token": new_tok.convert_ids_to_tokens(t), "texts": len(r), "mean_rise": sum(x for x, _ in r) / len(r),
@@ -480,8 +542,7 @@ def token_costs(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, t
     divided by the mean number of pieces it saves there. Token id → ``cost``, ``rise``,
     ``saved``, ``sentences``. Tokens in no sentence are absent."""
     encoder.eval()
-    windows = _draw(make_windows(split_sentences(texts), base_tok, new_tok, max_length, first_new_id),
-                    first_new_id, k, seed)
+    windows = draw_windows(texts, base_tok, new_tok, max_length, first_new_id, k, seed)
     out = {}
     for t, r in _rises(encoder, pooling, windows, base_tok.pad_token_id or 0, batch_size).items():
         rise, saved = sum(x for x, _ in r) / len(r), sum(n for _, n in r) / len(r)

@@ -41,6 +41,7 @@ class VocabReport:
     pruned: dict | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     reduction: dict | None = None
+    corpus: dict | None = None  # {"texts": the corpus's, "sampled": stage 1's sample of them}
     seed: int | None = None
     runtime: dict = field(default_factory=dict)
 
@@ -51,9 +52,17 @@ class VocabReport:
         return "\n".join(["# Vocabulary expansion", "", *self._summary(), "", *self._drift_lines(),
                           *self._threshold_table(), *self._rejected_lines(), *self._example_table()]) + "\n"
 
+    def _corpus_line(self) -> list[str]:
+        if not self.corpus:
+            return []
+        n, k = self.corpus["texts"], self.corpus["sampled"]
+        return [f"- corpus: {n:,} texts" + (", all read" if k >= n else
+                                             f"; stage 1 read a sample of {k:,} (those with the smallest content "
+                                             "hash: `sample_texts`)")]
+
     def _summary(self) -> list[str]:
         gain = self.fertility_before - self.fertility_after
-        lines = [
+        lines = [*self._corpus_line(),
             f"- {self.kind} base vocabulary: {self.base_vocab_size:,}; domain tokenizer: "
             f"{self.domain_tokenizer_size:,}; candidates it has that the base lacks: {self.candidates:,} "
             f"(skipped as [UNK]-only: {self.skipped_unknown})",

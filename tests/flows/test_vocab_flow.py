@@ -1,11 +1,13 @@
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from builders import tiny_bert, tiny_encoder
 
 from flows.vocab import vocab_flow
 from mosaic_core.config import VocabConfig
-from storage.pairs_io import CorpusError, corpus_fingerprint, corpus_texts
+from storage.pairs_io import CorpusError, corpus_fingerprint, iter_corpus_texts
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -20,12 +22,24 @@ def test_vocab_flow_from_a_pairs_file_is_cached(tmp_path):
     out = tmp_path / "expanded"
     first = vocab_flow(str(corpus), cfg, str(out))
     assert first["tokens_added"] > 0 and (out / "domain_token_ids.json").exists()
+    assert first["corpus"] == {"texts": 120, "sampled": 120}
     mtime = (out / "model.safetensors").stat().st_mtime_ns
     assert vocab_flow(str(corpus), cfg, str(out)) == first  # cached: nothing rebuilt
     assert (out / "model.safetensors").stat().st_mtime_ns == mtime
     (out / "domain_token_ids.json").unlink()  # output gone: rebuilt despite the cache
     vocab_flow(str(corpus), cfg, str(out))
     assert (out / "domain_token_ids.json").exists()
+
+
+def test_stage1_reads_a_bounded_sample_of_a_larger_corpus(tmp_path):
+    corpus = tmp_path / "pairs.jsonl"
+    corpus.write_text("".join(json.dumps({k: f"{v} {i}" for k, v in p.items()}) + "\n"
+                              for i, p in enumerate(PAIRS)))
+    cfg = VocabConfig(base_model=str(tiny_bert(tmp_path / "base")), vocab_size=300, heldout_every=5, min_count=20,
+                      init="mean", prune=0.0, sample_texts=100)
+    report = vocab_flow(str(corpus), cfg, str(tmp_path / "expanded"))
+    assert report["corpus"] == {"texts": 120, "sampled": 100} and report["tokens_added"] > 0
+    assert "stage 1 read a sample of 100" in (tmp_path / "expanded" / "vocab_report.md").read_text()
 
 
 def test_vocab_cli_roberta_with_reduction(tmp_path):
@@ -56,14 +70,20 @@ def test_vocab_cli_roberta_with_reduction(tmp_path):
 def test_corpus_readers(tmp_path):
     jsonl = tmp_path / "p.jsonl"
     jsonl.write_text('{"query": "a b", "document": "c d"}\n{"query": "", "document": null}\n{broken\n')
-    assert corpus_texts(str(jsonl)) == ["a b", "c d"]  # the broken line is skipped (and logged)
+    assert list(iter_corpus_texts(str(jsonl))) == ["a b", "c d"]  # the broken line is skipped (and logged)
     with pytest.raises(CorpusError, match="no column"):
-        corpus_texts(str(jsonl), ("title",))
+        list(iter_corpus_texts(str(jsonl), ("title",)))
     csv = tmp_path / "p.csv"
     csv.write_text("q,d\nx y,z w\n")
-    assert corpus_texts(str(csv), ("q", "d")) == ["x y", "z w"]
+    assert list(iter_corpus_texts(str(csv), ("q", "d"))) == ["x y", "z w"]
     with pytest.raises(CorpusError, match="no column"):
-        corpus_texts(str(csv))
+        list(iter_corpus_texts(str(csv)))
     with pytest.raises(CorpusError, match="neither"):
-        corpus_texts(str(tmp_path / "nope"))
+        list(iter_corpus_texts(str(tmp_path / "nope")))
+    parquet = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"query": [f"q{i}" for i in range(10)], "document": [None if i == 3 else f"d{i}"
+                                                                               for i in range(10)]}), parquet,
+                   row_group_size=4)
+    texts = list(iter_corpus_texts(str(parquet)))  # row group by row group, the row's order kept
+    assert texts == [t for i in range(10) for t in (f"q{i}", f"d{i}") if t != "d3"]
     assert corpus_fingerprint(str(jsonl)) != corpus_fingerprint(str(csv))

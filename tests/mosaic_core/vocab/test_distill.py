@@ -13,10 +13,12 @@ from mosaic_core.config import DistillConfig
 from mosaic_core.vocab import distill as distill_module
 from mosaic_core.vocab.build import PRUNE_SHARES, build_expanded_model
 from mosaic_core.vocab.distill import (
-    Window,
+    _order,
     align_positions,
+    draw_sets,
+    draw_windows,
+    first_windows,
     make_windows,
-    per_token_windows,
     reverted,
     split_sentences,
     token_costs,
@@ -123,15 +125,15 @@ def test_windows_align_each_base_piece_with_the_new_token_that_covers_it(distill
     text = "the cardiomyopathy of a patient"
     first = len(base_tok)
     (window,) = make_windows([text, "the patient"], base_tok, new_tok, 64, first)  # "the patient": no new token
-    base_tokens = base_tok.convert_ids_to_tokens(window.base_ids)
-    new_tokens = new_tok.convert_ids_to_tokens(window.new_ids)
+    base_tokens = base_tok.convert_ids_to_tokens(window.base_ids.tolist())
+    new_tokens = new_tok.convert_ids_to_tokens(window.new_ids.tolist())
     assert new_tokens == ["[CLS]", "the", "cardiomyopathy", "of", "a", "patient", "[SEP]"]
     assert [new_tokens[j] for j in window.align] == [
         "[CLS]", "the", *["cardiomyopathy"] * (len(base_tokens) - 6), "of", "a", "patient", "[SEP]"]
     # Cut after "of" (the base tokens up to it plus [SEP]): both tokenizations read "the cardiomyopathy of".
     cut = base_tokens.index("of") + 2
     (short,) = make_windows([text], base_tok, new_tok, cut, first)
-    assert len(short.base_ids) == cut and new_tok.convert_ids_to_tokens(short.new_ids) == \
+    assert len(short.base_ids) == cut and new_tok.convert_ids_to_tokens(short.new_ids.tolist()) == \
         ["[CLS]", "the", "cardiomyopathy", "of", "[SEP]"]
     assert align_positions(base_tok._tokenizer.encode("the patient"), new_tok._tokenizer.encode("the patient")) \
         == [0, 1, 2, 3]
@@ -169,17 +171,44 @@ def test_sentences_split_after_a_final_stop_before_a_capital_digit_or_bracket():
 
 
 def test_per_token_contexts_draw_up_to_k_windows_for_every_token_rare_ones_included():
-    first = 100
-    frequent = [Window([1], [1, 100, 2], [0]) for _ in range(50)]  # token 100 in 50 windows
-    mixed = [Window([1], [1, 100, 101, 2], [0]) for _ in range(3)]  # token 101 only here
-    windows = frequent + mixed + [Window([1], [1, 3, 2], [0])]  # and one without a new token
-    kept = per_token_windows(windows, first, 5, seed=0)
-    uses = Counter(t for w in kept for t in set(w.new_ids) if t >= first)
+    tokens = [[100]] * 50 + [[100, 101]] * 3 + [[]]  # token 100 in 50 windows, 101 only in 3, one without any
+    kept = draw_sets(tokens, 5, seed=0)
+    uses = Counter(t for i, _ in kept for t in tokens[i])
     assert uses[101] == 3  # every window of the rare token, though 100 had its 5 before some of them
     assert 5 <= uses[100] <= 5 + 3 and len(kept) == uses[100]
-    assert all(any(t >= first for t in w.new_ids) for w in kept)
-    assert [id(w) for w in per_token_windows(windows, first, 5, seed=0)] == [id(w) for w in kept]  # seed decides
-    assert [id(w) for w in per_token_windows(windows, first, 5, seed=1)] != [id(w) for w in kept]
+    assert all(tokens[i] and set(owed) <= set(tokens[i]) for i, owed in kept)
+    assert draw_sets(tokens, 5, seed=0) == kept  # the seed decides
+    assert draw_sets(tokens, 5, seed=1) != kept
+
+
+def _drawn_in_memory(texts, base_tok, new_tok, max_length, first, k, seed):
+    """The reference: every sentence's window held at once, then the per-token draw."""
+    windows = make_windows(split_sentences(texts), base_tok, new_tok, max_length, first)
+    seen, kept = Counter(), []
+    for i in _order(len(windows), seed, 0):
+        tokens = sorted({int(t) for t in windows[i].new_ids if t >= first})
+        owed = [t for t in tokens if seen[t] < k]
+        if owed:
+            kept.append((windows[i], owed))
+            seen.update(tokens)
+    return kept
+
+
+@pytest.mark.parametrize("k, seed", [(1, 0), (3, 0), (3, 7), (1000, 1)])
+def test_streamed_draw_is_the_in_memory_draw(distilled, monkeypatch, k, seed):
+    base, _, out, _ = distilled
+    base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
+    texts = [f"{a}. The {b} of {c}! Patients with {c} were seen." for a, b, c in
+             zip(CORPUS, CORPUS[5:] + CORPUS[:5], TOPICS * 20, strict=False)]
+    monkeypatch.setattr(distill_module, "WINDOW_CHUNK", 7)  # many chunks: positions must carry across them
+    streamed = draw_windows(texts, base_tok, new_tok, 64, len(base_tok), k, seed)
+    reference = _drawn_in_memory(texts, base_tok, new_tok, 64, len(base_tok), k, seed)
+    def plain(windows):
+        return [(w.new_ids.tolist(), w.base_ids.tolist(), w.align.tolist(), owed) for w, owed in windows]
+
+    assert plain(streamed) == plain(reference) and len(streamed) > 1
+    assert plain((w, None) for w in first_windows(iter(texts), base_tok, new_tok, 64, len(base_tok), 5)) == \
+        plain((w, None) for w in make_windows(texts, base_tok, new_tok, 64, len(base_tok))[:5])
 
 
 def test_sentence_contexts_distill_from_sentences_and_lower_the_held_out_loss(tmp_path):
