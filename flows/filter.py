@@ -3,8 +3,13 @@ threshold) filter per chunk of partitions → ``filtered`` Parquet + manifests +
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
+
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.futures import PrefectFuture
 
 from mosaic_core.config import FilterConfig
 from mosaic_core.data.consistency import group_by_size
@@ -13,20 +18,36 @@ from storage.manifest import Manifest
 from tasks.filter import encode_partition_for, filter_chunk_for, list_partitions, score_report
 from tasks.ingest import refresh_catalog_task
 
+T = TypeVar("T")
+
+
+def bounded(submit: Callable[[T], PrefectFuture], items: list[T], limit: int | None) -> list:
+    """The results of ``submit(item)`` for every item, in order, with at most ``limit`` in flight
+    (``None``: all at once)."""
+    pending: deque[PrefectFuture] = deque()
+    results = []
+    for item in items:
+        if limit is not None and len(pending) >= limit:
+            results.append(pending.popleft().result())
+        pending.append(submit(item))
+    return results + [f.result() for f in pending]
+
 
 @flow(name="filter")
-def filter_flow(source: str, cfg: FilterConfig, root: str) -> list[Manifest]:
-    """Filter the pairs of ``source`` (a data root's latest pairs, or a pairs file) into ``root``."""
+def filter_flow(source: str, cfg: FilterConfig, root: str, concurrency: int | None = 1) -> list[Manifest]:
+    """Filter the pairs of ``source`` (a data root's latest pairs, or a pairs file) into ``root``.
+
+    ``concurrency``: partitions encoded, and chunks filtered, at once. One by default: on one
+    machine the encoder already uses every core, and a chunk holds its pairs' query and document
+    embeddings (1M pairs with gte-base: 6 GB a float32 copy), so more at once only multiplies memory;
+    ``None`` leaves it to the task runner (a Dask cluster runs one per worker)."""
     with root_lock(root, "filter flow"):
         parts = list_partitions(source, cfg)
-        encoded = [encode_partition_for(p, cfg, root).submit(p, cfg, root) for p in parts]
-        encoded = [f.result() for f in encoded]
+        encoded = bounded(lambda p: encode_partition_for(p, cfg, root).submit(p, cfg, root), parts, concurrency)
         groups = group_by_size([e.rows for e in encoded], cfg.chunk_size)
-        futures = []
-        for i, group in enumerate(groups):
-            chunk = [encoded[j] for j in group]
-            futures.append(filter_chunk_for(chunk, root).submit(i, chunk, cfg, root))
-        manifests = [m for f in futures for m in f.result()]
+        chunks = [(i, [encoded[j] for j in group]) for i, group in enumerate(groups)]
+        manifests = [m for done in bounded(lambda c: filter_chunk_for(c[1], root).submit(c[0], c[1], cfg, root),
+                                           chunks, concurrency) for m in done]
         refresh_catalog_task(root)
         create_markdown_artifact(key="filter-scores", markdown=score_report(root),
                                  description="cosine(query, document) distribution, to pick a threshold")

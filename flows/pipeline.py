@@ -61,8 +61,9 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
             ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
                         ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
                             cfg.ingest, data_root))
+            distributed = cfg.dask_address is not None or cfg.workers > 1
             filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-                data_root, cfg.filter, data_root)
+                data_root, cfg.filter, data_root, concurrency=None if distributed else 1)
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1)
         if run_id is not None:

@@ -65,3 +65,23 @@ def test_filter_pairs_file_bad_rows_reproducible_and_refilter_without_reencoding
     assert m3.kept >= m.kept
     (mt,) = filter_flow(str(src), cfg.model_copy(update={"mode": "threshold", "threshold": 0.5}), root)
     assert read_manifest(layout, "filter", "pairs").dropped.get("below_threshold") == 41 - mt.kept
+
+
+def test_bounded_keeps_at_most_the_limit_in_flight_and_the_order():
+    from flows.filter import bounded
+
+    in_flight, most = [], []
+
+    class Future:
+        def __init__(self, item):
+            self.item = item
+            in_flight.append(item)
+            most.append(len(in_flight))
+
+        def result(self):
+            in_flight.remove(self.item)
+            return self.item * 10
+
+    assert bounded(Future, [1, 2, 3, 4, 5], 2) == [10, 20, 30, 40, 50] and max(most) == 2
+    most.clear()
+    assert bounded(Future, [1, 2, 3], None) == [10, 20, 30] and max(most) == 3
