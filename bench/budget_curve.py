@@ -124,9 +124,10 @@ def _stage1(work: Path) -> tuple[Path, dict]:
 
 def _mine(work: Path) -> tuple[Path, dict]:
     """The pairs with one hard negative each, mined once with the base (cached); and its timing."""
-    out = work / "mined.jsonl"
+    out = work / "mined.arrow"
     code = ("import sys; from tasks.negatives import with_hard_negatives as m; "
-            f"m.fn({str(PAIRS)!r}, {BASE!r}, 'title', 'abstract', 1, (64, 128), {str(out)!r})")
+            f"m.fn({str(PAIRS)!r}, {BASE!r}, 'title', 'abstract', 1, (64, 128), {str(out)!r}, "
+            f"{str(work / 'examples')!r})")
     return out, _once(work / "points" / "mined.json", [sys.executable, "-c", code], work / "logs" / "mine.log")
 
 

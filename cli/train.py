@@ -45,8 +45,9 @@ def build_train_config(preset: str, overrides: list[str], query_column: str, doc
 def train(
     model: Annotated[str, typer.Option(help="Input model: a `mosaic vocab` output (needed for domain-token "
                                        "MLM), any local model directory or a hub id.")],
-    pairs: Annotated[str, typer.Option(help="Training pairs: a MOSAIC data root (its filtered pairs) or a "
-                                       "pairs file (.jsonl/.parquet/.csv).")],
+    pairs: Annotated[str, typer.Option(help="Training pairs: a MOSAIC data root (its filtered pairs), a "
+                                       "pairs file (.jsonl/.parquet/.csv), or an examples file a run wrote "
+                                       "(.arrow, e.g. OUT/hard_negatives-<stage>.arrow).")],
     out: Annotated[Path, typer.Option(help="Output root; stage i writes OUT/<i>-<name>.")],
     preset: Annotated[str, typer.Option(help="Stage list: paper (joint, contrastive), warmup (mlm, joint, "
                                         "contrastive), alpha-0.1..0.5, all-token, mask-0.3, reversed, "

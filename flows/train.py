@@ -37,8 +37,9 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``, the optional merge step
     ``out_root/<n+1>-merge``. A stage reads its own ``pairs`` when it names them (seed 004's
     general-then-domain training), else the run's. A completed stage comes from cache; a failed
-    one resumes from its last checkpoint when the flow is run again. Stages needing hard
-    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.jsonl``).
+    one resumes from its last checkpoint when the flow is run again. A pairs file is converted once
+    into an examples file under ``out_root/examples`` that the stages memory-map. Stages needing hard
+    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.arrow``).
     With ``tracking.mlflow_uri``, each stage is a nested MLflow run of ``parent_run`` (the
     pipeline's), or of a run of its own."""
     own = tracking is not None and tracking.mlflow_uri is not None and parent_run is None
@@ -60,6 +61,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
     """:func:`train_flow`'s stages under the output root's lock; each logged to ``run_id``."""
     with root_lock(out_root, "train flow"):
         results, model, mined = [], input_model, {}
+        examples = str(Path(out_root) / "examples")
         for i, stage in enumerate(cfg.stages):
             out = stage_dir(out_root, i, stage.name)
             source = stage.pairs or pairs_source
@@ -68,16 +70,17 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                 if key not in mined:
                     mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
                                                      (stage.query_max_length, stage.document_max_length),
-                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.jsonl"),
-                                                     stage.prompts.model_dump() if stage.prompts else None)
+                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"),
+                                                     examples, stage.prompts.model_dump() if stage.prompts else None)
                 source = mined[key]
-            results.append(train_stage_for(out)(model, source, stage, cfg, out, processes or default_processes()))
+            results.append(train_stage_for(out)(model, source, stage, cfg, out, examples,
+                                                processes or default_processes()))
             model = out
             if run_id is not None:
                 log_stage(tracking, run_id, stage.name, out, {"pairs_source": source, "pairs": results[-1]["pairs"]})
         if cfg.merge_weights:
             results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
-                input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge")))
+                input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge"), examples))
         create_table_artifact(key="training-stages", table=stage_rows(results),
                               description="Training stages: final losses and held-out retrieval")
         return results

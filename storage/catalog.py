@@ -186,24 +186,47 @@ class Catalog:
     def rows(self, sql: str, params: Sequence | None = None) -> list[tuple]:
         return self.con.execute(sql, params or []).fetchall()
 
-    def training_examples(self) -> list[tuple]:
-        """(query, document, [hard-negative documents]) of every kept pair, in a stable order; the
-        negatives are the documents of the rows the filter recorded, best first."""
-        return self.rows(
+    def training_examples(self, batch_rows: int) -> pa.RecordBatchReader:
+        """The data root's training examples as record batches of ``query``, ``document`` and
+        ``negatives`` (row numbers in this result), streamed: once the filter has run, its kept
+        pairs by (source file, pair id), each with the documents of the rows the filter recorded as
+        its hard negatives (best first); a dropped pair's document that is a negative follows the
+        pairs as a row without a query. Before the filter: ``latest_pairs`` by (file, PMID), no
+        negatives. DuckDB sorts within a 1 GB memory limit, spilling beyond it."""
+        self.con.execute("SET memory_limit = '1GB'")
+        if not self.layout.manifest_dir("filter").is_dir():
+            return self.con.sql("SELECT query, document, []::BIGINT[] AS negatives FROM latest_pairs "
+                                "ORDER BY file_seq, pmid").to_arrow_reader(batch_rows)
+        return self.con.sql(
             """
-            WITH refs AS (
-                SELECT source_file, pair_id, unnest(negatives) AS ref, generate_subscripts(negatives, 1) AS pos
-                FROM training_pairs WHERE len(negatives) > 0
-            ), docs AS (
-                SELECT r.source_file, r.pair_id, list(f.document ORDER BY r.pos) AS negatives
-                FROM refs r JOIN filtered f ON f.source_file = r.ref.source_file AND f.pair_id = r.ref.pair_id
-                GROUP BY r.source_file, r.pair_id
+            WITH kept AS (
+                SELECT source_file, pair_id, query, document, negatives,
+                       row_number() OVER (ORDER BY source_file, pair_id) - 1 AS row
+                FROM training_pairs
+            ), refs AS (
+                SELECT row AS owner, unnest(negatives) AS ref, generate_subscripts(negatives, 1) AS pos
+                FROM kept WHERE len(negatives) > 0
+            ), extra AS (
+                SELECT f.source_file, f.pair_id, f.document,
+                       (SELECT count(*) FROM kept) + row_number() OVER (ORDER BY f.source_file, f.pair_id) - 1 AS row
+                FROM filtered f
+                WHERE NOT f.kept AND EXISTS (SELECT 1 FROM refs r WHERE r.ref.source_file = f.source_file
+                                                                     AND r.ref.pair_id = f.pair_id)
+            ), ids AS (
+                SELECT source_file, pair_id, row FROM kept UNION ALL SELECT source_file, pair_id, row FROM extra
+            ), negs AS (
+                SELECT r.owner, list(i.row ORDER BY r.pos) AS negatives
+                FROM refs r JOIN ids i ON i.source_file = r.ref.source_file AND i.pair_id = r.ref.pair_id
+                GROUP BY r.owner
             )
-            SELECT t.query, t.document, coalesce(d.negatives, []::VARCHAR[])
-            FROM training_pairs t LEFT JOIN docs d USING (source_file, pair_id)
-            ORDER BY t.source_file, t.pair_id
+            SELECT query, document, negatives FROM (
+                SELECT k.row, k.query, k.document, coalesce(n.negatives, []::BIGINT[]) AS negatives
+                FROM kept k LEFT JOIN negs n ON n.owner = k.row
+                UNION ALL
+                SELECT row, NULL, document, []::BIGINT[] FROM extra
+            ) ORDER BY row
             """
-        )
+        ).to_arrow_reader(batch_rows)
 
     def cosines(self):
         """cosine(query, document) of every filtered pair, as a float32 array."""

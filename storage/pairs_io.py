@@ -162,6 +162,8 @@ def check_pairs_source(source: str, columns: tuple[str, ...], what: str = "pairs
     if not path.exists():
         raise CorpusError(f"{what} {source!r} does not exist: pass a pairs file (.jsonl/.parquet/.csv) or a MOSAIC "
                           "data root (a folder `mosaic ingest` wrote)")
+    if path.suffix == ".arrow":  # an examples file (mined hard negatives): its columns are query and document
+        return path
     if path.is_dir():
         if not _is_data_root(path):
             raise CorpusError(f"{what} {source!r} is a folder but not a MOSAIC data root (no catalog.duckdb or "
@@ -194,39 +196,21 @@ NEGATIVE_COLUMNS = ("negatives", "negative", *(f"negative_{i}" for i in range(2,
 """Hard-negative columns of a pairs file: a list column ``negatives``, or ``negative``, ``negative_2``, …"""
 
 
-def read_examples(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple], int]:
-    """(usable (query, document, *hard negatives) rows, rows skipped as unusable) of a data root
-    (its filtered pairs with the negatives the filter kept) or a pairs file (its negative
-    columns, if any: :data:`NEGATIVE_COLUMNS`); non-text negatives are left out."""
+def read_pairs(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple[str, str]], int]:
+    """(usable (query, document) pairs, rows skipped as unusable) of a data root or pairs file;
+    skipped rows are logged with their count, never silently lost. For evaluation and export: a
+    training stage streams its pairs from an examples file instead (:mod:`storage.examples`)."""
     path = Path(source).expanduser()
-    if _is_data_root(path) and (path / "manifests" / "filter").is_dir():
-        with Catalog(DataLayout(path)) as cat:
-            cat.refresh()
-            return [(q, d, *negs) for q, d, negs in cat.training_examples()], 0
     if _is_data_root(path):
         return _root_pairs(path), 0
     if not path.is_file():
         raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
-    rows, invalid = file_rows(path, (query_col, doc_col), optional=NEGATIVE_COLUMNS)
-    out = []
-    for q, d, *negs in rows:
-        if _usable(q) and _usable(d):
-            flat = [n for v in negs for n in (v if isinstance(v, list) else [v])]
-            out.append((q, d, *(n for n in flat if _usable(n))))
-    skipped = invalid + len(rows) - len(out)
+    rows, invalid = file_rows(path, (query_col, doc_col))
+    pairs = [(q, d) for q, d in rows if _usable(q) and _usable(d)]
+    skipped = invalid + len(rows) - len(pairs)
     if skipped:
         log.warning("%s: skipped %d rows without a usable %s/%s", path, skipped, query_col, doc_col)
-    return out, skipped
-
-
-def read_pairs(source: str, query_col: str = "query", doc_col: str = "document") -> tuple[list[tuple[str, str]], int]:
-    """(usable (query, document) pairs, rows skipped as unusable) of a data root or pairs file;
-    skipped rows are logged with their count, never silently lost."""
-    path = Path(source).expanduser()
-    if _is_data_root(path):
-        return _root_pairs(path), 0
-    rows, skipped = read_examples(source, query_col, doc_col)
-    return [(q, d) for q, d, *_ in rows], skipped
+    return pairs, skipped
 
 
 def _file_texts(path: Path, columns: tuple[str, ...], batch_rows: int = 8192) -> Iterator[list]:

@@ -1,23 +1,30 @@
-"""Prefect task: hard negatives for a pairs file that has none, mined with the consistency
-filter's own search (:func:`mosaic_core.data.consistency.consistency_filter`)."""
+"""Prefect task: hard negatives for pairs that have none, mined with the consistency filter's own
+search (:func:`mosaic_core.data.consistency.consistency_filter`), one chunk at a time."""
 
 from __future__ import annotations
 
 import json
 import logging
-import time
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 from prefect import task
 from prefect.context import TaskRunContext
+from tqdm.auto import tqdm
 
 from mosaic_core.data import consistency
 from mosaic_core.modeling import encode
 from mosaic_core.modeling.encode import Encoder
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.trainer import PairSet
+from mosaic_core.trainer.heldout import text_hashes
 from mosaic_core.versioning import code_version
-from storage.pairs_io import corpus_fingerprint, read_examples, write_jsonl
+from storage.examples import examples_file, map_examples, read_blocks, skipped_rows, write_examples
+from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
@@ -25,6 +32,8 @@ log = logging.getLogger(__name__)
 CODE_VERSION = code_version(consistency, encode)
 MINE_CHUNK = 1_000_000
 """Pairs per exact search, as the filter's default chunk."""
+ENCODE_BLOCK = 10_000
+"""Pairs read and encoded at a time (a divisor of :data:`MINE_CHUNK`: a chunk is whole blocks)."""
 
 
 @json_only
@@ -36,34 +45,61 @@ def _mine_key(context: TaskRunContext, p: dict) -> str:
 
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
-                        lengths: tuple[int, int], out_path: str, prompts: dict | None = None) -> str:
+                        lengths: tuple[int, int], out_path: str, examples_dir: str, prompts: dict | None = None) -> str:
     """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives
-    (a filtered data root, or a file with negative columns), else ``out_path``, written here:
-    its pairs with up to ``negatives`` hard negatives each (``negatives`` column), found by
-    ``model`` as the consistency filter finds them, reading queries and documents cut at the
-    stage's ``lengths`` (query, document), with its ``prompts`` (None: what ``model`` declares)
-    — as the stage will read them."""
-    rows, _ = read_examples(pairs_source, query_column, document_column)
-    if any(len(r) > 2 for r in rows):
+    (a filtered data root, or a file with negative columns), else ``out_path``, an examples file
+    (``.arrow``, :mod:`storage.examples`) written here: its pairs with up to ``negatives`` hard
+    negatives each, as row numbers of their documents, found by ``model`` as the consistency
+    filter finds them, reading queries and documents cut at the stage's ``lengths`` (query,
+    document), with its ``prompts`` (None: what ``model`` declares) — as the stage will read them.
+    A pairs file is read through its examples file in ``examples_dir``.
+
+    Memory: the texts of :data:`ENCODE_BLOCK` pairs, and per chunk of :data:`MINE_CHUNK` pairs the
+    search's (:func:`~mosaic_core.data.consistency.consistency_filter`); the chunk's embeddings are
+    float32 files beside ``out_path``, removed when done."""
+    source = examples_file(pairs_source, query_column, document_column, Path(examples_dir))
+    table = map_examples(source)
+    if PairSet(table).has_negatives:
         return pairs_source
-    queries, docs = [r[0] for r in rows], [r[1] for r in rows]
     enc = Encoder.load(model, normalize=True, prompts=prompts)
-    log.info("mining hard negatives for %d pairs of %s with %s: encoding the queries (%d tokens) and documents "
-             "(%d tokens)", len(rows), pairs_source, model, *lengths)
-    t0 = time.perf_counter()
-    q = enc.with_max_length(lengths[0]).encode(queries, progress=True, kind="query")
-    log.info("mining: queries encoded in %.0f s; encoding the documents", time.perf_counter() - t0)
-    d = enc.with_max_length(lengths[1]).encode(docs, progress=True, kind="document")
-    log.info("mining: documents encoded in %.0f s; searching", time.perf_counter() - t0)
-    out, found = [], 0
-    for lo in range(0, len(rows), MINE_CHUNK):
-        hi = min(lo + MINE_CHUNK, len(rows))
-        res = consistency.consistency_filter(q[lo:hi], d[lo:hi], k=1, doc_keys=docs[lo:hi], negatives=negatives)
-        for i, negs in enumerate(res.negatives):
-            out.append({query_column: queries[lo + i], document_column: docs[lo + i],
-                        "negatives": [docs[lo + j] for j in negs]})
-            found += len(negs)
-    write_jsonl(Path(out_path), out)
-    log.info("mined %d hard negatives for %d pairs of %s with %s (%.2f per pair)", found, len(out), pairs_source,
-             model, found / max(len(out), 1))
+    log.info("mining hard negatives for %d pairs of %s with %s: queries at %d tokens, documents at %d", table.num_rows,
+             pairs_source, model, *lengths)
+    out, work = Path(out_path), Path(out_path).with_suffix(".embeddings")
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with tqdm(total=table.num_rows, desc="mine", unit="pair") as bar:
+            rows = write_examples(out, _mined(source, table.num_rows, enc, lengths, negatives, work, bar),
+                                  skipped_rows(source))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    found = PairSet(map_examples(out)).negatives_per_pair()
+    log.info("mined %.2f hard negatives per pair for %d pairs of %s with %s", found, rows, pairs_source, model)
     return out_path
+
+
+def _mined(source: Path, n: int, enc: Encoder, lengths: tuple[int, int], negatives: int, work: Path,
+           bar: tqdm) -> Iterator[pa.RecordBatch]:
+    """The ``n`` rows of the examples file ``source`` with their mined negatives (row numbers of
+    the same rows), chunk by chunk: the chunk's blocks encoded into float32 files in ``work``,
+    searched, then read again and written with their negatives."""
+    reading, writing = read_blocks(source, ENCODE_BLOCK), read_blocks(source, ENCODE_BLOCK)
+    dim = enc.model.config.hidden_size
+    for lo in range(0, n, MINE_CHUNK):
+        size = min(MINE_CHUNK, n - lo)
+        q = np.lib.format.open_memmap(work / "queries.npy", mode="w+", dtype=np.float32, shape=(size, dim))
+        d = np.lib.format.open_memmap(work / "documents.npy", mode="w+", dtype=np.float32, shape=(size, dim))
+        keys = np.empty(size, dtype=np.uint64)  # content hashes: a copy of a document is one document
+        for at in range(0, size, ENCODE_BLOCK):
+            block = next(reading)
+            queries, docs = block.column("query").to_pylist(), block.column("document").to_pylist()
+            q[at:at + len(queries)] = enc.with_max_length(lengths[0]).encode(queries, kind="query")
+            d[at:at + len(docs)] = enc.with_max_length(lengths[1]).encode(docs, kind="document")
+            keys[at:at + len(docs)] = text_hashes(docs)
+            bar.update(len(docs))
+        res = consistency.consistency_filter(q, d, k=1, doc_keys=keys.tolist(), negatives=negatives)
+        del q, d
+        for at in range(0, size, ENCODE_BLOCK):
+            block = next(writing)
+            refs = pa.array([[lo + j for j in negs] for negs in res.negatives[at:at + block.num_rows]],
+                            pa.list_(pa.int64()))
+            yield from block.set_column(2, "negatives", refs).to_batches()

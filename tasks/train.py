@@ -31,9 +31,10 @@ from mosaic_core.modeling.modeldir import is_complete_stage, read_stage_record, 
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer import Hooks, PairSet, fail_after, merge
 from mosaic_core.trainer import stage as trainer_stage
-from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe, split_indices
+from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe, split_examples
 from mosaic_core.versioning import code_version
-from storage.pairs_io import corpus_fingerprint, read_examples
+from storage.examples import examples_file, map_examples, read_batches
+from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
@@ -91,21 +92,15 @@ def stage_hooks(stage: StageConfig) -> Hooks:
                  progress=True)
 
 
-def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig) -> tuple[PairSet, RetrievalProbe | None]:
-    """(training examples of ``stage``, validation retrieval): the test and validation pairs (by
-    content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of training, their documents out of
-    the training pairs' hard negatives too."""
-    rows, _ = read_examples(pairs_source, *cfg.columns_for(stage))
-    data = PairSet.of(rows)
-    split = split_indices(data.pairs(), cfg.heldout_pairs, cfg.validation_pairs)
-    train = data.subset(split.train)
-    if train.negatives:
-        held = {data.documents[i] for i in (*split.validation, *split.test)}
-        train.negatives = [tuple(n for n in negs if n not in held) for negs in train.negatives]
-    if not split.validation:
-        return train, None
-    validation = data.subset(split.validation)
-    return train, RetrievalProbe.from_pairs(train.pairs(), validation.pairs(), cfg.validation_pool)
+def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir: str,
+               ) -> tuple[PairSet, RetrievalProbe | None]:
+    """(training examples of ``stage``, validation retrieval), read from the source's examples
+    file (memory-mapped; a pairs file is converted once into ``work_dir``): the test and
+    validation pairs (by content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of
+    training, their documents out of the training pairs' hard negatives too."""
+    path = examples_file(pairs_source, *cfg.columns_for(stage), Path(work_dir))
+    return split_examples(PairSet(map_examples(path)), lambda: read_batches(path), cfg.heldout_pairs,
+                          cfg.validation_pairs, cfg.validation_pool)
 
 
 def default_processes() -> int:
@@ -115,12 +110,14 @@ def default_processes() -> int:
 @task(name="train-stage", task_run_name="train-{stage.name}", cache_key_fn=_stage_cache_key,
       persist_result=True, result_serializer=SERIALIZER, retries=0)
 def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainConfig, out_dir: str,
-                     processes: int = 1) -> dict:
-    """Train one stage from ``input_model`` into ``out_dir``; returns the stage result (a dict)."""
+                     examples_dir: str, processes: int = 1) -> dict:
+    """Train one stage from ``input_model`` into ``out_dir``; returns the stage result (a dict).
+    A pairs file is read through its examples file in ``examples_dir`` (:func:`load_split`)."""
     fingerprint = stage_fingerprint(input_model, pairs_source, stage, cfg, out_dir)
     if processes > 1:
-        return _launch(input_model, pairs_source, stage, cfg, out_dir, processes, fingerprint)
-    data, validation = load_split(pairs_source, cfg, stage)
+        examples_file(pairs_source, *cfg.columns_for(stage), Path(examples_dir))  # converted once, not by every rank
+        return _launch(input_model, pairs_source, stage, cfg, out_dir, examples_dir, processes, fingerprint)
+    data, validation = load_split(pairs_source, cfg, stage, examples_dir)
     log.info("stage %s: %d training pairs, %d validation queries, from %s", stage.name, len(data),
              len(validation.queries) if validation else 0, input_model)
     result = trainer_stage.train_stage(input_model, data, stage, Path(out_dir), validation, fingerprint,
@@ -129,14 +126,14 @@ def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cf
 
 
 def _launch(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainConfig, out_dir: str,
-            processes: int, fingerprint: str) -> dict:
+            examples_dir: str, processes: int, fingerprint: str) -> dict:
     """Run the stage on ``processes`` ranks through ``torchrun`` and return rank 0's result."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "launch.json"
     spec.write_text(json.dumps({"input_model": input_model, "pairs_source": pairs_source,
                                 "stage": stage.model_dump(mode="json"), "cfg": cfg.model_dump(mode="json"),
-                                "out_dir": out_dir, "fingerprint": fingerprint}))
+                                "out_dir": out_dir, "examples_dir": examples_dir, "fingerprint": fingerprint}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
            "-m", "tasks.train_worker", str(spec)]
     log.info("stage %s: launching %d ranks: %s", stage.name, processes, " ".join(cmd))
@@ -158,13 +155,14 @@ def _merge_cache_key(context: TaskRunContext, p: dict) -> str:
 
 
 @task(name="merge", cache_key_fn=_merge_cache_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
-def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainConfig, out_dir: str) -> dict:
+def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainConfig, out_dir: str,
+               examples_dir: str) -> dict:
     """WiSE-FT: the interpolation of ``start_model`` and ``end_model`` with the best validation
     NDCG@10 among ``cfg.merge_weights`` and 1.0 (the end model), written to ``out_dir``; returns a
     stage-like result (``merge_weight``, every weight's validation scores in ``evals``)."""
     t0 = time.perf_counter()
     last = cfg.stages[-1]
-    _, validation = load_split(pairs_source, cfg, last)
+    _, validation = load_split(pairs_source, cfg, last, examples_dir)
     out = Path(out_dir)
     weight, scores = merge.choose_weight(start_model, end_model, validation, (*cfg.merge_weights, 1.0),
                                          out / "candidates", last.query_max_length, last.document_max_length)

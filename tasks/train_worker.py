@@ -25,7 +25,8 @@ def main(spec_path: str) -> None:
     torch.distributed.init_process_group("nccl" if cuda else "gloo")
     try:
         stage = StageConfig.model_validate(spec["stage"])
-        data, validation = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]), stage)
+        data, validation = load_split(spec["pairs_source"], TrainConfig.model_validate(spec["cfg"]), stage,
+                                      spec["examples_dir"])
         hooks = stage_hooks(stage)
         hooks.progress = sys.stderr.isatty()
         train_stage(spec["input_model"], data, stage, Path(spec["out_dir"]), validation, spec["fingerprint"], hooks)

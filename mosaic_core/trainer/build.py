@@ -59,7 +59,7 @@ def check_inputs(stage: StageConfig, input_model: str, input_model_dir: str, dom
     if stage.model_kind == "dense" and is_sparse_dir(input_model_dir):
         raise StageInputError(f"{input_model} is a sparse (SPLADE) model: train it with model_kind 'sparse' "
                               "(`--model-kind sparse`)")
-    if stage.hard_negatives and not data.negatives:
+    if stage.hard_negatives and not data.has_negatives:
         raise StageInputError(f"stage {stage.name!r} uses {stage.hard_negatives} hard negatives per pair, but the "
                               "training pairs carry none: filter them with `mosaic filter` (it keeps each pair's "
                               "hard negatives) or set hard_negatives=0")

@@ -1,51 +1,118 @@
-"""Training data for a stage: the examples, which of them form batch ``g``, and collation in a
-background thread."""
+"""Training data for a stage: the examples (an Arrow table, memory-mapped from disk for a real
+corpus), which of them form batch ``g``, and collation in a background thread."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 Pair = tuple[str, str]
 
+EXAMPLES = pa.schema([pa.field("query", pa.large_string()), pa.field("document", pa.large_string()),
+                      pa.field("negatives", pa.list_(pa.int64()))])
+"""The columns of an examples table (storage writes files of this layout)."""
 
-@dataclass
+_COUNT_BLOCK = 65_536  # examples whose negatives are read at once when counting them
+
+
 class PairSet:
-    """Examples of a stage: ``queries[i]`` is relevant to ``documents[i]``; ``negatives[i]`` are
-    documents ranked high for ``queries[i]`` that are not relevant (hard negatives, may be empty)."""
+    """Examples of a stage over one Arrow table (:data:`EXAMPLES`): ``query`` is relevant to
+    ``document``; ``negatives`` are rows of the same table whose documents are hard negatives of
+    the query (ranked high, not relevant; may be empty), so each document text is held once
+    however many queries it is a negative of. A row without a query holds a document only (a
+    negative that is no example's document).
 
-    queries: list[str]
-    documents: list[str]
-    negatives: list[tuple[str, ...]] | None = None
+    Example ``i`` is table row ``rows[i]`` (default: every row with a query, in table order); a
+    subset is another row array over the same table, no text copied. ``skip`` (bool per table
+    row) marks documents that may not serve as negatives: the held-out ones. The table may be
+    memory-mapped from disk: texts are read one example at a time, by :meth:`example`."""
+
+    def __init__(self, table: pa.Table, rows: np.ndarray | None = None, skip: np.ndarray | None = None):
+        missing = [c for c in EXAMPLES.names if c not in table.column_names]
+        if missing:
+            raise ValueError(f"an examples table needs the columns {EXAMPLES.names}; this one lacks {missing}")
+        self.table, self.skip = table, skip
+        self._query, self._document, self._negatives = (table.column(c) for c in EXAMPLES.names)
+        self.rows = (np.flatnonzero(self._query.is_valid().to_numpy(zero_copy_only=False)) if rows is None
+                     else np.asarray(rows, dtype=np.int64))
+        self.has_negatives = bool(pc.sum(pc.list_value_length(self._negatives)).as_py())
+        """Whether any row of the table has a hard negative (held-out ones included)."""
 
     @classmethod
     def of(cls, data: PairSet | Sequence[Sequence[str]]) -> PairSet:
-        """``data`` itself, or (query, document, *negatives) rows as a PairSet."""
+        """``data`` itself, or (query, document, *negatives) rows as a PairSet held in memory (a
+        small set: tests, benchmarks). A negative that is some row's document refers to that
+        row; any other becomes a row of its own."""
         if isinstance(data, PairSet):
             return data
         rows = [tuple(r) for r in data]
-        negatives = [r[2:] for r in rows] if any(len(r) > 2 for r in rows) else None
-        return cls([r[0] for r in rows], [r[1] for r in rows], negatives)
+        row_of: dict[str, int] = {}
+        for i, r in enumerate(rows):
+            row_of.setdefault(r[1], i)
+        extra: list[str] = []
+
+        def ref(text: str) -> int:
+            if text not in row_of:
+                row_of[text] = len(rows) + len(extra)
+                extra.append(text)
+            return row_of[text]
+
+        negatives = [[ref(n) for n in r[2:]] for r in rows]
+        return cls(pa.table({"query": [r[0] for r in rows] + [None] * len(extra),
+                             "document": [r[1] for r in rows] + extra,
+                             "negatives": negatives + [[] for _ in extra]}, schema=EXAMPLES))
 
     def __len__(self) -> int:
-        return len(self.queries)
+        return len(self.rows)
 
-    def pairs(self) -> list[Pair]:
-        return list(zip(self.queries, self.documents, strict=True))
+    def document(self, i: int) -> str:
+        """The document of example ``i``."""
+        return self._document[int(self.rows[i])].as_py()
 
     def example(self, i: int) -> tuple[str, ...]:
-        """(query, document, *negatives) of example ``i``."""
-        return (self.queries[i], self.documents[i], *(self.negatives[i] if self.negatives else ()))
+        """(query, document, *hard-negative documents) of example ``i``: only this row's texts are read."""
+        row = int(self.rows[i])
+        refs = self._negatives[row].as_py()
+        negatives = (self._document[n].as_py() for n in refs if self.skip is None or not self.skip[n])
+        return (self._query[row].as_py(), self._document[row].as_py(), *negatives)
 
-    def subset(self, indices: Sequence[int]) -> PairSet:
-        return PairSet([self.queries[i] for i in indices], [self.documents[i] for i in indices],
-                       [self.negatives[i] for i in indices] if self.negatives else None)
+    def subset(self, indices: Sequence[int] | np.ndarray) -> PairSet:
+        """Examples ``indices`` of this set, in that order, over the same table."""
+        return PairSet(self.table, self.rows[np.asarray(indices, dtype=np.int64)], self.skip)
+
+    def skipping(self, skip: np.ndarray) -> PairSet:
+        """These examples, with the documents of the table rows ``skip`` marks left out of their negatives."""
+        return PairSet(self.table, self.rows, skip)
 
     def negatives_per_pair(self) -> float:
-        return sum(map(len, self.negatives)) / max(len(self), 1) if self.negatives else 0.0
+        """Hard negatives per example, the skipped ones left out (read in blocks of row numbers)."""
+        if not self.has_negatives:
+            return 0.0
+        total = 0
+        for lo in range(0, len(self.rows), _COUNT_BLOCK):
+            refs = pc.list_flatten(self._negatives.take(self.rows[lo:lo + _COUNT_BLOCK])).to_numpy()
+            total += len(refs) if self.skip is None else int((~self.skip[refs]).sum())
+        return total / max(len(self), 1)
+
+
+def read_rows(batches: Iterable[pa.RecordBatch], rows: np.ndarray) -> dict[int, Pair]:
+    """(query, document) of the table ``rows``, picked from the table's record batches in one pass
+    (for a few rows of a table on disk: a random read of a memory-mapped file pages in far more
+    than the row)."""
+    wanted, found, lo = np.unique(rows), {}, 0
+    for batch in batches:
+        hi = lo + batch.num_rows
+        here = wanted[(wanted >= lo) & (wanted < hi)]
+        if len(here):
+            picked = batch.select(["query", "document"]).take(pa.array(here - lo)).to_pylist()
+            found.update((int(r), (p["query"], p["document"])) for r, p in zip(here, picked, strict=True))
+        lo = hi
+    return found
 
 
 class BatchPlan:

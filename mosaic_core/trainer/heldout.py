@@ -16,10 +16,14 @@ relevant document is ``1 / log2(rank + 1)`` for a rank up to 10, else 0.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 import torch
+
+from mosaic_core.trainer.data import PairSet, read_rows
 
 Pair = tuple[str, str]
 
@@ -28,11 +32,42 @@ def _hash(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
 
 
+def text_hashes(texts: Iterable[str]) -> np.ndarray:
+    """``uint64 [n]``: each text's 8-byte content hash read big-endian, so that the integers sort
+    as the digests do."""
+    return np.fromiter((int.from_bytes(_hash(t), "big") for t in texts), dtype=np.uint64)
+
+
+@dataclass
+class ContentHashes:
+    """Per row of an examples table: the hash of its pair (query ␟ document, as
+    :func:`split_indices` hashes a pair; 0 on a row without a query) and of its document."""
+
+    pairs: np.ndarray
+    documents: np.ndarray
+
+    @classmethod
+    def of(cls, batches: Iterable[pa.RecordBatch]) -> ContentHashes:
+        """The hashes of the table whose record batches are ``batches``, in order, holding one
+        batch's texts at a time (give batches read from disk, not a memory-mapped table's: those
+        would page in the whole file)."""
+        pairs, documents = [], []
+        for batch in batches:
+            queries, docs = batch.column("query").to_pylist(), batch.column("document").to_pylist()
+            pairs.append(text_hashes(f"{q}\x1f{d}" for q, d in zip(queries, docs, strict=True)))
+            pairs[-1][[q is None for q in queries]] = 0  # a document-only row is no pair
+            documents.append(text_hashes(docs))
+        return cls(np.concatenate(pairs or [np.zeros(0, np.uint64)]),
+                   np.concatenate(documents or [np.zeros(0, np.uint64)]))
+
+
 @dataclass
 class Split:
-    train: list[int]
-    validation: list[int]
-    test: list[int]
+    """Indices (ascending ``int64`` arrays) of the training, validation and test pairs."""
+
+    train: np.ndarray
+    validation: np.ndarray
+    test: np.ndarray
 
 
 def split_sizes(n: int, n_test: int, n_validation: int = 0) -> tuple[int, int]:
@@ -42,15 +77,20 @@ def split_sizes(n: int, n_test: int, n_validation: int = 0) -> tuple[int, int]:
     return n_test, min(n_validation, (n - n_test) // 5)
 
 
+def split_by_hash(hashes: np.ndarray, n_test: int, n_validation: int = 0) -> Split:
+    """The split of pairs whose content hashes are ``hashes`` (``uint64 [n]``, :func:`text_hashes`
+    of ``query ␟ document``): the ``n_test`` lowest (at most a fifth) are the test set, the next
+    ``n_validation`` (at most a fifth of the rest) the validation set; equal hashes keep input order."""
+    order = np.argsort(hashes, kind="stable")
+    n_test, n_validation = split_sizes(len(hashes), n_test, n_validation)
+    part = np.zeros(len(hashes), dtype=np.int8)
+    part[order[:n_test]], part[order[n_test:n_test + n_validation]] = 1, 2
+    return Split(np.flatnonzero(part == 0), np.flatnonzero(part == 2), np.flatnonzero(part == 1))
+
+
 def split_indices(pairs: Sequence[Pair], n_test: int, n_validation: int = 0) -> Split:
-    """Indices of (training, validation, test) pairs: the ``n_test`` pairs (at most a fifth) with
-    the lowest content hash are the test set, the next ``n_validation`` (at most a fifth of the
-    rest) the validation set. Indices within each set keep their input order."""
-    order = sorted(range(len(pairs)), key=lambda i: _hash("\x1f".join(pairs[i])))
-    n_test, n_validation = split_sizes(len(pairs), n_test, n_validation)
-    test, validation = set(order[:n_test]), set(order[n_test:n_test + n_validation])
-    train = [i for i in range(len(pairs)) if i not in test and i not in validation]
-    return Split(train, sorted(validation), sorted(test))
+    """Indices of (training, validation, test) pairs by content hash (:func:`split_by_hash`)."""
+    return split_by_hash(text_hashes("\x1f".join(p) for p in pairs), n_test, n_validation)
 
 
 def split_heldout(pairs: list[Pair], n: int) -> tuple[list[Pair], list[Pair]]:
@@ -65,7 +105,12 @@ def retrieval_data(train: Sequence[Pair], heldout: Sequence[Pair], pool: int = 1
     document, over the held-out documents plus up to ``pool`` training documents (chosen by
     content hash, so the pool is stable) as distractors."""
     held_docs = {d for _, d in heldout}
-    distractors = sorted({d for _, d in train if d not in held_docs}, key=_hash)[:pool]
+    return retrieval_task(heldout, sorted({d for _, d in train if d not in held_docs}, key=_hash)[:pool])
+
+
+def retrieval_task(heldout: Sequence[Pair], distractors: Sequence[str],
+                   ) -> tuple[list[dict], dict[str, str], dict[str, dict[str, int]]]:
+    """(corpus, queries, qrels): the ``heldout`` queries over their documents and ``distractors``."""
     doc_id = {d: f"d{i}" for i, d in enumerate(dict.fromkeys([*(d for _, d in heldout), *distractors]))}
     corpus = [{"id": i, "title": "", "text": d} for d, i in doc_id.items()]
     queries, qrels = {}, {}
@@ -97,7 +142,17 @@ class RetrievalProbe:
 
     @classmethod
     def from_pairs(cls, train: Sequence[Pair], validation: Sequence[Pair], pool: int) -> RetrievalProbe:
-        corpus, queries, qrels = retrieval_data(train, validation, pool)
+        """The ``validation`` queries over their documents and ``pool`` of ``train``'s (:func:`retrieval_data`)."""
+        return cls.of_task(*retrieval_data(train, validation, pool))
+
+    @classmethod
+    def with_distractors(cls, validation: Sequence[Pair], distractors: Sequence[str]) -> RetrievalProbe:
+        """The ``validation`` queries over their documents and ``distractors`` (:func:`retrieval_task`)."""
+        return cls.of_task(*retrieval_task(validation, distractors))
+
+    @classmethod
+    def of_task(cls, corpus: list[dict], queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> RetrievalProbe:
+        """The probe of a retrieval task as :func:`retrieval_task` gives it."""
         index = {c["id"]: i for i, c in enumerate(corpus)}
         return cls(list(queries.values()), [c["text"] for c in corpus],
                    [index[next(iter(qrels[q]))] for q in queries])
@@ -108,3 +163,35 @@ class RetrievalProbe:
         scores = q @ d.T
         own = scores[torch.arange(len(self.relevant)), torch.tensor(self.relevant)].unsqueeze(1)
         return rank_metrics((scores > own).sum(1) + 1)
+
+
+def distractor_rows(rows: np.ndarray, documents: np.ndarray, held: np.ndarray, pool: int) -> np.ndarray:
+    """:func:`retrieval_data`'s distractors, chosen from hashes alone: of the table ``rows``, those
+    of up to ``pool`` distinct documents whose hashes (``documents``, per table row) are not in
+    ``held``, lowest hash first (the first row of each document)."""
+    hashes = documents[rows]
+    candidates = np.flatnonzero(~np.isin(hashes, held))
+    _, first = np.unique(hashes[candidates], return_index=True)  # sorted by hash
+    return rows[candidates[first[:pool]]]
+
+
+def split_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, n_validation: int,
+                   pool: int) -> tuple[PairSet, RetrievalProbe | None]:
+    """(training examples, validation retrieval) of ``data``, the examples of a whole table;
+    ``batches()`` streams the table's record batches (from disk: each pass over every row holds
+    one batch's texts, never all of them). :func:`split_by_hash` of the pairs holds the test and
+    validation pairs out; their documents are left out of the training pairs' hard negatives (by
+    content hash); the validation queries retrieve over their documents and ``pool`` training
+    documents (:func:`retrieval_data`). Memory: two ``uint64`` per table row and the probe's texts."""
+    hashes = ContentHashes.of(batches())
+    split = split_by_hash(hashes.pairs[data.rows], n_test, n_validation)
+    train = data.subset(split.train)
+    if data.has_negatives:
+        held = hashes.documents[data.rows[np.concatenate([split.validation, split.test])]]
+        train = train.skipping(np.isin(hashes.documents, held))
+    if not len(split.validation):
+        return train, None
+    validation = data.rows[split.validation]
+    distractors = distractor_rows(train.rows, hashes.documents, hashes.documents[validation], pool)
+    texts = read_rows(batches(), np.concatenate([validation, distractors]))
+    return train, RetrievalProbe.with_distractors([texts[r] for r in validation], [texts[r][1] for r in distractors])

@@ -56,12 +56,15 @@ class StageResult:
     lengths: dict[str, int] = field(default_factory=dict)
 
 
-def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_length: int,
-                      sample: int = 2000) -> float:
-    """Entropy (nats) of the domain tokens' frequencies in the first ``sample`` documents: the MLM
-    loss of a head that knows which domain tokens are common but reads no context (ln|V_D| is the
-    loss of a uniform guess). The warm-up logs both, so its loss curve can be read against them."""
-    ids = tokenizer(docs[:sample], truncation=True, max_length=max_length)["input_ids"]
+FREQUENCY_SAMPLE = 2000
+"""Documents :func:`frequency_entropy` counts: the first of the training examples, whatever their number."""
+
+
+def frequency_entropy(tokenizer, docs: list[str], domain_ids: torch.Tensor, max_length: int) -> float:
+    """Entropy (nats) of the domain tokens' frequencies in ``docs``: the MLM loss of a head that
+    knows which domain tokens are common but reads no context (ln|V_D| is the loss of a uniform
+    guess). The warm-up logs both, so its loss curve can be read against them."""
+    ids = tokenizer(docs, truncation=True, max_length=max_length)["input_ids"]
     counts = torch.bincount(torch.tensor([i for row in ids for i in row], dtype=torch.long),
                             minlength=int(domain_ids.max()) + 1)[domain_ids].double()
     p = counts[counts > 0] / counts.sum()
@@ -111,11 +114,14 @@ def _restart_log(log_path: Path, resumed_from: int | None) -> None:
 
 def _reference_points(stage: StageConfig, parts: TrainParts, data: PairSet) -> tuple[float | None, float | None]:
     """(the warm-up's stop threshold, the frequency-only MLM loss of a stage whose MLM term predicts
-    domain tokens), logged against ln|V_D|; TensorBoard draws the MLM curve beside the latter."""
+    domain tokens), logged against ln|V_D|; TensorBoard draws the MLM curve beside the latter. The
+    frequencies are those of the first :data:`FREQUENCY_SAMPLE` training documents: a bounded,
+    deterministic sample that reads only those texts, whatever the size of the corpus."""
     if not stage.uses_mlm or parts.domain_ids is None or (stage.kind != "mlm" and stage.mlm_tokens != "domain"):
         return None, None
     target = warmup_target(stage, len(parts.domain_ids)) if stage.kind == "mlm" else None
-    reference = frequency_entropy(parts.tokenizer, data.documents, parts.domain_ids, parts.lengths.document)
+    docs = [data.document(i) for i in range(min(len(data), FREQUENCY_SAMPLE))]
+    reference = frequency_entropy(parts.tokenizer, docs, parts.domain_ids, parts.lengths.document)
     uniform = math.log(len(parts.domain_ids))
     log.info("stage %s: MLM loss of a uniform guess ln|V_D| = %.3f, of domain-token frequencies alone %.3f "
              "(%.2f·ln|V_D|)%s", stage.name, uniform, reference, reference / uniform,

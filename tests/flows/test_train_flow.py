@@ -7,8 +7,11 @@ from builders import stage1_config, tiny_bert
 
 from flows.train import train_flow
 from mosaic_core.config import StageConfig, TrainConfig
+from mosaic_core.data.consistency import consistency_filter
+from mosaic_core.modeling.encode import Encoder
 from mosaic_core.modeling.modeldir import read_stage_record
 from mosaic_core.vocab.build import build_expanded_model
+from storage.examples import map_examples
 from tasks.train import FAIL_ENV
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -117,9 +120,17 @@ def test_a_stage_with_its_own_pairs_and_columns_and_mined_hard_negatives(inputs,
     general_result, domain_result = train_flow(stage1, corpus, cfg, str(tmp_path / "run"))
     assert general_result["pairs"] == 30 - 4 - 5 and general_result["negatives_per_pair"] == 1.0
     assert domain_result["pairs"] == len(PAIRS) - 8 and 0 < domain_result["negatives_per_pair"] <= 1.0
-    mined = [json.loads(line) for line in (tmp_path / "run" / "hard_negatives-domain.jsonl").read_text().splitlines()]
-    assert len(mined) == len(PAIRS) and all(n != m["document"] for m in mined for n in m["negatives"])
-    assert not (tmp_path / "run" / "hard_negatives-general.jsonl").exists()  # the general file brought its own
+    # the mined negatives: row references to the documents the consistency filter's search ranks first
+    mined = map_examples(tmp_path / "run" / "hard_negatives-domain.arrow")
+    assert mined.column("document").to_pylist() == [p["document"] for p in PAIRS]  # each text once, no copies
+    stage = cfg.stages[1]
+    enc = Encoder.load(stage1, normalize=True)
+    q = enc.with_max_length(stage.query_max_length).encode([p["query"] for p in PAIRS], kind="query")
+    d = enc.with_max_length(stage.document_max_length).encode([p["document"] for p in PAIRS], kind="document")
+    expected = consistency_filter(q, d, k=1, doc_keys=[p["document"] for p in PAIRS], negatives=1).negatives
+    assert mined.column("negatives").to_pylist() == expected and any(expected)
+    assert not (tmp_path / "run" / "hard_negatives-general.arrow").exists()  # the general file brought its own
+    assert not list((tmp_path / "run").glob("*.embeddings"))  # the chunk's embedding files are removed
 
 
 def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):

@@ -14,6 +14,7 @@ from builders import article, pubmed_xml, stage1_config, tiny_bert, write_xml
 from pydantic import ValidationError
 
 from mosaic_core.config import FilterConfig, PipelineConfig, StageConfig
+from storage.examples import examples_file, map_examples, skipped_rows
 from storage.layout import DataLayout
 from storage.manifest import Manifest, read_manifest, write_manifest
 from storage.pairs_io import (
@@ -21,7 +22,6 @@ from storage.pairs_io import (
     CorpusError,
     check_pairs_source,
     list_pair_partitions,
-    read_examples,
     read_pair_partition,
 )
 from storage.sources import SourceError, SourceFile, fetch, list_source
@@ -128,8 +128,9 @@ def test_long_and_non_utf8_lines_are_counted_by_reason_and_logged(unruly_pairs, 
     assert rows.bad == {"invalid_json": 1, "too_long": 1, "not_utf8": 1, "missing_query": 0, "missing_document": 0}
     assert f"{unruly_pairs}: skipped 1 line(s) longer than {MAX_LINE_BYTES:,} bytes (too_long: line 1)" in caplog.text
     assert f"{unruly_pairs}: skipped 1 line(s) not valid UTF-8 (not_utf8: line 3)" in caplog.text
-    examples, skipped = read_examples(str(unruly_pairs))
-    assert [e[0] for e in examples] == ["first title", "second title", "third title"] and skipped == 3
+    examples = examples_file(str(unruly_pairs), "query", "document", unruly_pairs.parent / "work")
+    assert map_examples(examples).column("query").to_pylist() == ["first title", "second title", "third title"]
+    assert skipped_rows(examples) == 3
 
 
 def test_a_line_exactly_at_the_bound_is_read_and_one_byte_more_is_not(tmp_path):

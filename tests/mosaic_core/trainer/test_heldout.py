@@ -1,6 +1,15 @@
-"""The held-out split's sizes: what the report's funnel states is what training held out."""
+"""The held-out split and the training examples: the split from an array of content hashes is the
+sorted-hash split it always was, and a PairSet over an Arrow table reads the examples, hard
+negatives included, that the lists of Python strings held before."""
 
-from mosaic_core.trainer.heldout import split_indices, split_sizes
+import hashlib
+import random
+
+import numpy as np
+import pyarrow as pa
+
+from mosaic_core.trainer.data import PairSet
+from mosaic_core.trainer.heldout import RetrievalProbe, split_examples, split_indices, split_sizes
 
 
 def test_the_split_sizes_are_those_split_indices_holds_out():
@@ -9,3 +18,82 @@ def test_the_split_sizes_are_those_split_indices_holds_out():
         split = split_indices(pairs, *asked)
         assert split_sizes(len(pairs), *asked) == (len(split.test), len(split.validation)), asked
     assert split_sizes(219, 256, 256) == (43, 35)  # a fifth each: a small file is not held out whole
+
+
+def sorted_split(pairs, n_test, n_validation):
+    """The split as it was computed before: Python's sort of the indices by each pair's digest."""
+    order = sorted(range(len(pairs)), key=lambda i: hashlib.blake2b("\x1f".join(pairs[i]).encode(),
+                                                                     digest_size=8).digest())
+    n_test, n_validation = split_sizes(len(pairs), n_test, n_validation)
+    test, validation = set(order[:n_test]), set(order[n_test:n_test + n_validation])
+    return [i for i in range(len(pairs)) if i not in test | validation], sorted(validation), sorted(test)
+
+
+def test_the_split_from_hash_arrays_is_the_sorted_split_of_before():
+    rng = random.Random(7)
+    words = ["cell", "café", "tumour", "β-blocker", "dose", "rat", "κ", "renal"]
+    for n in (5, 60, 1000):
+        pairs = [(" ".join(rng.choices(words, k=3)), " ".join(rng.choices(words, k=6))) for _ in range(n)]
+        pairs += pairs[: n // 10]  # duplicates: equal hashes keep their input order
+        for asked in ((256, 256), (3, 7), (0, 0)):
+            split = split_indices(pairs, *asked)
+            assert (split.train.tolist(), split.validation.tolist(), split.test.tolist()) == \
+                sorted_split(pairs, *asked), (n, asked)
+
+
+def rows_with_negatives(n=60):
+    """(query, document, *negatives) rows: negatives that are other rows' documents, and texts that
+    are no row's document (repeated), some of which are held-out documents."""
+    docs = [f"document {i} on the kidney" for i in range(n)]
+    return [(f"query {i}", docs[i], docs[(i + 1) % n], f"outside text {i % 4}", docs[(i * 7) % n])
+            for i in range(n)]
+
+
+def old_split(rows, n_test, n_validation, pool):
+    """What the trainer read before: lists of texts, held-out documents dropped from the negatives
+    by text, the probe over every training document."""
+    pairs = [r[:2] for r in rows]
+    train_idx, validation_idx, test_idx = sorted_split(pairs, n_test, n_validation)
+    held = {rows[i][1] for i in (*validation_idx, *test_idx)}
+    train = [(*rows[i][:2], *(n for n in rows[i][2:] if n not in held)) for i in train_idx]
+    probe = RetrievalProbe.from_pairs([r[:2] for r in train], [pairs[i] for i in validation_idx], pool)
+    return train, probe
+
+
+def test_split_examples_reads_what_the_lists_held(tmp_path):
+    rows = rows_with_negatives()
+    data = PairSet.of(rows)
+    train, probe = split_examples(data, data.table.to_batches, 6, 6, 20)
+    expected_train, expected_probe = old_split(rows, 6, 6, 20)
+    assert [train.example(i) for i in range(len(train))] == expected_train
+    assert sum(len(e) - 2 for e in expected_train) < 3 * len(expected_train)  # held-out documents were dropped
+    assert probe == expected_probe
+    assert train.negatives_per_pair() == sum(len(e) - 2 for e in expected_train) / len(expected_train)
+    assert split_examples(data, data.table.to_batches, 6, 0, 20)[1] is None
+
+
+def test_negatives_are_row_references_and_a_subset_copies_no_text():
+    rows = rows_with_negatives()
+    data = PairSet.of(rows)
+    documents = data.table.column("document").to_pylist()
+    assert len(documents) == len(rows) + 4 and len(set(documents)) == len(documents)  # each text once
+    assert data.table.column("query").null_count == 4  # the outside texts: rows of their own, no query
+    assert data.table.column("negatives")[0].as_py() == [1, len(rows), 0]
+    assert [data.example(i) for i in range(len(rows))] == rows
+    sub = data.subset(np.array([5, 2]))
+    assert sub.table is data.table and sub.rows.tolist() == [5, 2] and sub.example(1) == rows[2]
+    skipped = sub.skipping(np.isin(np.arange(data.table.num_rows), [3]))  # row 3's document held out
+    assert skipped.example(1) == (*rows[2][:2], *rows[2][3:])
+
+
+def test_a_pair_set_reads_a_memory_mapped_table_without_allocating(tmp_path):
+    rows = [(f"query {i}", f"document {i} " + "x" * 2000, f"document {i + 1} " + "x" * 2000) for i in range(1500)]
+    path = tmp_path / "examples.arrow"
+    table = PairSet.of(rows).table
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    del table
+    before = pa.total_allocated_bytes()
+    data = PairSet(pa.ipc.open_file(pa.memory_map(str(path))).read_all())
+    assert data.example(1498) == rows[1498] and len(data) == 1500
+    assert path.stat().st_size > 3_000_000 and pa.total_allocated_bytes() - before < 100_000
