@@ -256,9 +256,9 @@ def _root_texts(path: Path, batch_rows: int = 8192) -> Iterator[list]:
     with Catalog(DataLayout(path)) as cat:
         cat.refresh()
         filtered = (path / "manifests" / "filter").is_dir()
-        reader = cat.con.execute(
+        reader = cat.con.sql(
             "SELECT query, document FROM training_pairs ORDER BY source_file, pair_id" if filtered
-            else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid").fetch_record_batch(batch_rows)
+            else "SELECT query, document FROM latest_pairs ORDER BY file_seq, pmid").to_arrow_reader(batch_rows)
         for batch in reader:
             yield [batch.column(0).to_pylist(), batch.column(1).to_pylist()]
 

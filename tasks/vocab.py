@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
+from tqdm.auto import tqdm
 
 from mosaic_core.config import VocabConfig
 from mosaic_core.modeling.fingerprint import model_fingerprint
@@ -43,7 +44,10 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
 def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
     """Train the domain tokenizer on ``corpus`` and write the expanded model to ``out_dir``;
     returns the report as a dict (small: a manifest, never the model)."""
-    sample = bottom_k(iter_corpus_texts(corpus, cfg.text_columns), cfg.sample_texts)
+    texts = tqdm(iter_corpus_texts(corpus, cfg.text_columns), desc="stage 1: reading the corpus", unit=" texts",
+                 disable=None, dynamic_ncols=True)  # None: on a terminal only
+    sample = bottom_k(texts, cfg.sample_texts)
+    texts.close()
     log.info("stage 1: %s texts from %s", f"{sample.corpus_texts:,}" if sample.whole else
              f"a sample of {len(sample.texts):,} of the {sample.corpus_texts:,}", corpus)
     reduce_texts = list(iter_corpus_texts(cfg.reduce_to_corpus, cfg.text_columns)) if cfg.reduce_to_corpus else None

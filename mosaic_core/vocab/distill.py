@@ -202,10 +202,14 @@ def draw_windows(texts: Sequence[str], base_tok, new_tok, max_length: int, first
     windows: a first pass keeps each window's sentence number and new tokens, the draw runs on
     them, a second pass tokenizes again only the sentences drawn."""
     where, tokens = [], []
+    bar = tqdm(desc="stage 1: sentences holding new tokens", unit=" windows", disable=None, dynamic_ncols=True)
     for i, window in iter_windows(iter_sentences(texts), base_tok, new_tok, max_length, first_new_id):
         where.append(i)
         tokens.append(window.new_tokens(first_new_id))
+        bar.update(1)
+    bar.close()
     drawn = draw_sets(tokens, k, seed)
+    log.info("stage 1: %d sentences hold new tokens; %d drawn, up to %d per token", len(tokens), len(drawn), k)
     wanted = {where[w] for w, _ in drawn}
     chosen = [(i, s) for i, s in enumerate(iter_sentences(texts)) if i in wanted]
     built = {chosen[j][0]: w for j, w in iter_windows([s for _, s in chosen], base_tok, new_tok, max_length,

@@ -125,3 +125,10 @@ def test_a_filtered_data_root_gives_its_kept_pairs_in_order_with_referenced_nega
     table = map_examples(path)
     assert table.column("document").to_pylist() == ["da10", "da2", "db1", "db2"]  # the dropped db2: once, no query
     assert table.column("negatives").to_pylist() == [[1], [3], [1, 3], []]
+
+
+def test_a_filtered_data_roots_corpus_texts_stream_its_kept_pairs_in_order(tmp_path):
+    from storage.pairs_io import iter_corpus_texts
+
+    root = filtered_root(tmp_path / "root")
+    assert list(iter_corpus_texts(str(root))) == ["qa10", "da10", "qa2", "da2", "qb1", "db1"]  # stage 1's corpus
