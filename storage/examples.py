@@ -20,7 +20,6 @@ read as it is. Files are written atomically (temporary file, then rename).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import uuid
@@ -31,12 +30,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from storage.catalog import Catalog
 from storage.layout import DataLayout
-from storage.pairs_io import NEGATIVE_COLUMNS, CorpusError, _is_data_root, _jsonl_lines, _usable, corpus_fingerprint
+from storage.pairs_io import NEGATIVE_COLUMNS, CorpusError, _is_data_root, _usable, corpus_fingerprint, stream_rows
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +184,7 @@ def _write_raw(path: Path, query_col: str, doc_col: str, raw: Path) -> tuple[int
     present: set[str] = set()
     kept = read = negatives = 0
     with pa.OSFile(str(raw), "wb") as sink, pa.ipc.new_file(sink, _RAW) as writer:
-        for rows in _file_rows(path, names, bad, present):
+        for rows in stream_rows(path, names, bad, present, BATCH_ROWS):
             usable = [(q, d, [n for v in negs for n in (v if isinstance(v, list) else [v]) if _usable(n)])
                       for q, d, *negs in rows if _usable(q) and _usable(d)]
             read, kept = read + len(rows), kept + len(usable)
@@ -203,52 +200,6 @@ def _write_raw(path: Path, query_col: str, doc_col: str, raw: Path) -> tuple[int
     if skipped:
         log.warning("%s: skipped %d rows without a usable %s/%s", path, skipped, query_col, doc_col)
     return kept, skipped, negatives
-
-
-def _file_rows(path: Path, names: tuple[str, ...], bad: dict[str, int], present: set[str]) -> Iterator[list[tuple]]:
-    """Batches of (one value per ``names``; ``None`` where a row lacks it) rows of a pairs file,
-    streamed. JSONL is read line by line: a line that is no JSON object is counted in
-    ``bad["invalid_json"]`` (too long / not UTF-8: :func:`~storage.pairs_io._jsonl_lines`).
-    ``present`` collects the file's column names."""
-    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
-    if suffix in (".jsonl", ".json"):
-        yield from _json_rows(path, names, bad, present)
-        return
-    try:
-        if suffix == ".parquet":
-            parquet = pq.ParquetFile(path)
-            present.update(parquet.schema_arrow.names)
-            batches = parquet.iter_batches(BATCH_ROWS, columns=[c for c in names if c in present])
-        elif suffix in (".csv", ".csv.gz", ".tsv"):
-            delimiter = "\t" if suffix == ".tsv" else ","
-            batches = pacsv.open_csv(path, parse_options=pacsv.ParseOptions(delimiter=delimiter))
-            present.update(batches.schema.names)
-        else:
-            raise CorpusError(f"{path}: unknown format {suffix!r}; use .jsonl, .parquet or .csv")
-        for batch in batches:
-            yield list(zip(*(batch.column(c).to_pylist() if c in present else [None] * batch.num_rows
-                             for c in names), strict=True))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"{path}: cannot be read as {suffix}: {exc}") from exc
-
-
-def _json_rows(path: Path, names: tuple[str, ...], bad: dict[str, int], present: set[str]) -> Iterator[list[tuple]]:
-    rows: list[tuple] = []
-    for line in _jsonl_lines(path, bad):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if not isinstance(rec, dict):
-            bad["invalid_json"] = bad.get("invalid_json", 0) + 1
-            continue
-        present.update(rec)
-        rows.append(tuple(rec.get(c) for c in names))
-        if len(rows) == BATCH_ROWS:
-            yield rows
-            rows = []
-    if rows:
-        yield rows
 
 
 def _hashes(texts: Iterable[str]) -> np.ndarray:

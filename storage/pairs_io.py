@@ -213,41 +213,58 @@ def read_pairs(source: str, query_col: str = "query", doc_col: str = "document")
     return pairs, skipped
 
 
-def _file_texts(path: Path, columns: tuple[str, ...], batch_rows: int = 8192) -> Iterator[list]:
-    """Batches of rows (one list per column) of a pairs file, streamed: JSONL line by line, Parquet
-    by row group, CSV by block; never the whole file in memory."""
-    if path.suffix in (".jsonl", ".json"):
-        bad, batch = {}, [[] for _ in columns]
-        for line in _jsonl_lines(path, bad):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                rec = None
-            if not isinstance(rec, dict):
-                bad["invalid_json"] = bad.get("invalid_json", 0) + 1
-                continue
-            for values, column in zip(batch, columns, strict=True):
-                values.append(rec.get(column))
-            if len(batch[0]) >= batch_rows:
-                yield batch
-                batch = [[] for _ in columns]
-        yield batch
-        if bad.get("invalid_json"):
-            log.warning("%s: skipped %d lines that are not JSON objects", path, bad["invalid_json"])
-        return
+STREAM_ROWS = 2048
+"""Rows per batch a pairs file is streamed in."""
+
+
+def stream_rows(path: Path, names: tuple[str, ...], bad: dict[str, int], present: set[str],
+                batch_rows: int | None = None) -> Iterator[list[tuple]]:
+    """Batches of (one value per ``names``; ``None`` where a row lacks it) rows of a pairs file,
+    streamed, ``batch_rows`` (default :data:`STREAM_ROWS`) at a time (a JSONL file's batches hold
+    exactly that many but the last).
+    JSONL is read line by line: a line that is no JSON object is counted in ``bad["invalid_json"]``
+    (too long / not UTF-8: :func:`_jsonl_lines`). ``present`` collects the file's column names."""
+    batch_rows = batch_rows or STREAM_ROWS
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    if suffix in (".jsonl", ".json"):
+        yield from _json_rows(path, names, bad, present, batch_rows)
+        return
     try:
         if suffix == ".parquet":
-            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=list(columns))
+            parquet = pq.ParquetFile(path)
+            present.update(parquet.schema_arrow.names)
+            batches = parquet.iter_batches(batch_rows, columns=[c for c in names if c in present])
         elif suffix in (".csv", ".csv.gz", ".tsv"):
-            batches = pacsv.open_csv(path, parse_options=pacsv.ParseOptions(delimiter="\t" if suffix == ".tsv"
-                                                                            else ","))
+            delimiter = "\t" if suffix == ".tsv" else ","
+            batches = pacsv.open_csv(path, parse_options=pacsv.ParseOptions(delimiter=delimiter))
+            present.update(batches.schema.names)
         else:
             raise CorpusError(f"{path}: unknown format {suffix!r}; use .jsonl, .parquet or .csv")
         for batch in batches:
-            yield [batch.column(c).to_pylist() for c in columns]
+            yield list(zip(*(batch.column(c).to_pylist() if c in present else [None] * batch.num_rows
+                             for c in names), strict=True))
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorpusError(f"{path}: cannot be read as {suffix}: {exc}") from exc
+
+
+def _json_rows(path: Path, names: tuple[str, ...], bad: dict[str, int], present: set[str],
+               batch_rows: int) -> Iterator[list[tuple]]:
+    rows: list[tuple] = []
+    for line in _jsonl_lines(path, bad):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict):
+            bad["invalid_json"] = bad.get("invalid_json", 0) + 1
+            continue
+        present.update(rec)
+        rows.append(tuple(rec.get(c) for c in names))
+        if len(rows) == batch_rows:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
 
 
 def _root_texts(path: Path, batch_rows: int = 8192) -> Iterator[list]:
@@ -269,15 +286,17 @@ def iter_corpus_texts(source: str, columns: tuple[str, ...] = ("query", "documen
     memory does not grow with the corpus. Lines that cannot be read are skipped and logged."""
     path = Path(source).expanduser()
     if _is_data_root(path):
-        batches = _root_texts(path)
-    elif path.is_file():
-        check_pairs_source(str(path), columns, "corpus")
-        batches = _file_texts(path, columns)
-    else:
+        for batch in _root_texts(path):
+            yield from (t for row in zip(*batch, strict=True) for t in row if _usable(t))
+        return
+    if not path.is_file():
         raise CorpusError(f"corpus {source!r} is neither a pairs file nor a MOSAIC data root")
-    for batch in batches:
-        for row in zip(*batch, strict=True):
-            yield from (t for t in row if _usable(t))
+    check_pairs_source(str(path), columns, "corpus")
+    bad: dict[str, int] = {}
+    for rows in stream_rows(path, columns, bad, set()):
+        yield from (t for row in rows for t in row if _usable(t))
+    if bad.get("invalid_json"):
+        log.warning("%s: skipped %d lines that are not JSON objects", path, bad["invalid_json"])
 
 
 def corpus_fingerprint(source: str) -> str:
@@ -301,12 +320,14 @@ def corpus_fingerprint(source: str) -> str:
 
 @dataclass(frozen=True)
 class PairPartition:
-    """One partition of candidate pairs: an ingested source file, or a whole pairs file."""
+    """One partition of candidate pairs: an ingested source file, or ``rows`` rows of a pairs file
+    from row ``start`` on (rows as :func:`stream_rows` yields them)."""
 
     name: str
     source: str
     checksum: str
     rows: int
+    start: int = 0
 
 
 @dataclass
@@ -319,8 +340,16 @@ class PairRows:
     bad: dict[str, int]
 
 
+PARTITION_ROWS = 50 * STREAM_ROWS
+"""Rows per partition of a pairs file (102,400): a partition's texts and embeddings are in memory
+while it is encoded. A multiple of :data:`STREAM_ROWS`, so the lines of a JSONL file that cannot
+be read are counted in the partition they lie in."""
+
+
 def list_pair_partitions(source: str, query_col: str = "query", doc_col: str = "document") -> list[PairPartition]:
-    """Partitions of a data root (one per ingested file, its *latest* pairs) or of a pairs file."""
+    """Partitions of a data root (one per ingested file, its *latest* pairs) or of a pairs file (one
+    per :data:`PARTITION_ROWS` rows, counted in one streamed pass; a file of no more rows keeps
+    the name and checksum it always had)."""
     path = Path(source).expanduser().resolve()
     if (path / "manifests" / "ingest").is_dir():
         with Catalog(DataLayout(path)) as cat:
@@ -336,9 +365,14 @@ def list_pair_partitions(source: str, query_col: str = "query", doc_col: str = "
         return [PairPartition(name, str(path), digest, n) for name, n, digest in rows]
     if not path.is_file():
         raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
-    file_rows(path, (query_col, doc_col))  # fail here, before any encoding, on wrong column names
+    check_pairs_source(str(path), (query_col, doc_col))  # fail here, before any encoding, on wrong column names
+    n = sum(len(rows) for rows in stream_rows(path, (query_col,), {}, set()))
     digest = corpus_fingerprint(str(path)) + hashlib.sha256(f"{query_col}|{doc_col}".encode()).hexdigest()[:8]
-    return [PairPartition(partition_name(path.name.split(".")[0]), str(path), digest, -1)]
+    name = partition_name(path.name.split(".")[0])
+    if n <= PARTITION_ROWS:
+        return [PairPartition(name, str(path), digest, n)]
+    return [PairPartition(f"{name}-{k:05d}", str(path), f"{digest}-{k}", min(PARTITION_ROWS, n - start), start)
+            for k, start in enumerate(range(0, n, PARTITION_ROWS))]
 
 
 def unusable_reason(column: str, value: object) -> str | None:
@@ -350,23 +384,37 @@ def unusable_reason(column: str, value: object) -> str | None:
 
 
 def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: str = "document") -> PairRows:
-    """Rows of ``part``; rows without a usable query/document are counted per reason, not returned."""
+    """Rows of ``part``; rows without a usable query/document are counted per reason, not returned,
+    and so are the lines of a JSONL file that cannot be read, in the partition they lie in."""
     path = Path(part.source)
     if path.is_dir():
         with Catalog(DataLayout(path), read_only=True) as cat:
             rows = cat.rows("SELECT pmid::VARCHAR, query, document FROM latest_pairs WHERE source_file = ? "
                             "ORDER BY pmid", [part.name])
         return PairRows([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], {})
-    rows, unreadable = file_rows_counted(path, (query_col, doc_col), optional=("id",))
-    out = PairRows([], [], [], {"invalid_json": 0, **unreadable, "missing_query": 0, "missing_document": 0})
-    for i, (q, d, pid) in enumerate(rows):
-        reason = unusable_reason("query", q) or unusable_reason("document", d)
-        if reason:
-            out.bad[reason] = out.bad.get(reason, 0) + 1
-        else:
-            out.pair_ids.append(str(pid if pid is not None else i))
-            out.queries.append(q)
-            out.documents.append(d)
+    out = PairRows([], [], [], {"missing_query": 0, "missing_document": 0})
+    bad: dict[str, int] = {}
+    before, after, first, stop = {}, None, 0, part.start + part.rows
+    for batch in stream_rows(path, (query_col, doc_col, "id"), bad, set()):
+        if first >= stop:
+            break
+        if first + len(batch) <= part.start:
+            first += len(batch)
+            before = dict(bad)  # the unreadable lines up to here are earlier partitions'
+            continue
+        after = dict(bad)
+        for i, (q, d, pid) in enumerate(batch[max(part.start - first, 0):stop - first], start=max(part.start, first)):
+            reason = unusable_reason("query", q) or unusable_reason("document", d)
+            if reason:
+                out.bad[reason] = out.bad.get(reason, 0) + 1
+            else:
+                out.pair_ids.append(str(pid if pid is not None else i))
+                out.queries.append(q)
+                out.documents.append(d)
+        first += len(batch)
+    else:
+        after = dict(bad)  # the file's end: its last unreadable lines are the last partition's
+    out.bad = {"invalid_json": 0, **{k: v - before.get(k, 0) for k, v in (after or before).items()}, **out.bad}
     return out
 
 

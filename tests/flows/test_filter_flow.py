@@ -67,6 +67,27 @@ def test_filter_pairs_file_bad_rows_reproducible_and_refilter_without_reencoding
     assert read_manifest(layout, "filter", "pairs").dropped.get("below_threshold") == 41 - mt.kept
 
 
+def test_a_file_split_into_partitions_is_filtered_as_one(tmp_path, monkeypatch):
+    from storage import pairs_io
+
+    src = pairs_file(tmp_path / "pairs.jsonl")
+    cfg = FilterConfig(model=str(tiny_bert(tmp_path / "model")), k=2, precision="fp32")
+    (whole,) = filter_flow(str(src), cfg, str(tmp_path / "whole"))
+    monkeypatch.setattr(pairs_io, "STREAM_ROWS", 4)
+    monkeypatch.setattr(pairs_io, "PARTITION_ROWS", 12)
+    parts = filter_flow(str(src), cfg, str(tmp_path / "split"))
+    assert [m.partition for m in parts] == [f"pairs-{k:05d}" for k in range(4)]  # 44 rows read, 12 a partition
+    assert {m.chunk for m in parts} == {0}  # one search over all of them, as over the whole file
+    assert sum(m.kept for m in parts) == whole.kept and sum(m.rows_out for m in parts) == whole.rows_out
+    assert {k: sum(m.dropped.get(k, 0) for m in parts) for k in whole.dropped} == whole.dropped
+
+    def kept(root):
+        with Catalog(DataLayout(root)) as cat:
+            cat.refresh()
+            return sorted(cat.rows("SELECT pair_id, kept, rank FROM filtered"))
+    assert kept(str(tmp_path / "split")) == kept(str(tmp_path / "whole"))
+
+
 def test_bounded_keeps_at_most_the_limit_in_flight_and_the_order():
     from flows.filter import bounded
 
