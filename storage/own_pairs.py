@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from storage.pairs_io import CorpusError, _jsonl_lines
+from storage.pairs_io import CorpusError, _json_rows
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
@@ -143,11 +143,11 @@ def _file_digest(path: str, size: int, mtime_ns: int, inode: int) -> bytes:
     return h.digest()
 
 
-def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[dict]]:
+def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[tuple]]:
     kind = _kind(path)
     try:
         if kind == "parquet":
-            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(columns))
+            yield from pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=BATCH_ROWS, columns=list(columns))
         elif kind in ("csv", "tsv"):
             opts = pacsv.ParseOptions(delimiter="\t" if kind == "tsv" else ",", newlines_in_values=True)
             conv = pacsv.ConvertOptions(include_columns=list(columns), column_types={c: pa.string() for c in columns})
@@ -164,35 +164,27 @@ def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Itera
                     return
                 yield from (b.select(list(columns)) for b in reader)
         else:
-            yield from _json_batches(path, bad)
+            yield from _json_batches(path, columns, bad)
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as exc:
         raise CorpusError(f"{path}: cannot be read as {kind}: {exc}") from exc
 
 
-def _json_batches(path: Path, bad: dict[str, int]) -> Iterator[list[dict]]:
+def _json_array(path: Path) -> list[dict] | None:
+    """The records of a JSON array file (read whole: only small files are kept so), or ``None`` for
+    JSON lines."""
     with open(path, "rb") as fh:
         start = fh.read(64).lstrip()
-    if start.startswith(b"["):  # a JSON array, not JSON lines: read whole (only small files are kept so)
-        records = json.loads(path.read_text(encoding="utf-8"))
-        if unusable := sum(not isinstance(r, dict) for r in records):
-            bad["invalid_json"] = bad.get("invalid_json", 0) + unusable
-        yield [r for r in records if isinstance(r, dict)]
+    return json.loads(path.read_text(encoding="utf-8")) if start.startswith(b"[") else None
+
+
+def _json_batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[list[tuple]]:
+    records = _json_array(path)
+    if records is None:
+        yield from _json_rows(path, columns, bad, set(), BATCH_ROWS)
         return
-    batch: list[dict] = []
-    for line in _jsonl_lines(path, bad):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
-            bad["invalid_json"] = bad.get("invalid_json", 0) + 1
-            continue
-        batch.append(record)
-        if len(batch) >= BATCH_ROWS:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    if unusable := sum(not isinstance(r, dict) for r in records):
+        bad["invalid_json"] = bad.get("invalid_json", 0) + unusable
+    yield [tuple(r.get(c) for c in columns) for r in records if isinstance(r, dict)]
 
 
 def iter_pairs(files: list[Path], query_column: str, document_column: str,
@@ -203,7 +195,7 @@ def iter_pairs(files: list[Path], query_column: str, document_column: str,
     for path in files:
         for batch in _batches(path, columns, bad):
             if isinstance(batch, list):
-                yield [(r.get(query_column), r.get(document_column)) for r in batch]
+                yield batch
             else:
                 yield list(zip(*(batch.column(c).to_pylist() for c in columns), strict=True))
 
@@ -222,12 +214,11 @@ def _columns(path: Path) -> set[str]:
                 return set(pa.ipc.open_stream(source).schema.names)
             except pa.ArrowInvalid:
                 return set(pa.ipc.open_file(source).schema.names)
-    keys: set[str] = set()
-    for batch in _json_batches(path, {}):
-        for record in batch[:1000]:
-            keys |= set(record)
-        break
-    return keys
+    records, keys = _json_array(path), set()
+    if records is None:
+        next(_json_rows(path, (), {}, keys, 1000), None)  # the keys of the first 1,000 records
+        return keys
+    return keys.union(*(r for r in records[:1000] if isinstance(r, dict)))
 
 
 def check_own_pairs(source: str, query_column: str, document_column: str, base: Path | None = None) -> list[Path]:
