@@ -47,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import cpu_name  # noqa: E402
 from mosaic_core.evaluate.report import paired_differences  # noqa: E402
 from mosaic_core.evaluate.scoring import TaskScore  # noqa: E402
 
@@ -68,7 +69,7 @@ def machine() -> dict:
     from mosaic_core.modeling.encode import resolve_precision
 
     dtype = resolve_precision("auto", torch.device("cpu"))
-    return {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "precision": "bf16" if dtype is torch.bfloat16 else "fp32", "platform": platform.platform()}
 
 
@@ -270,14 +271,6 @@ def recommend(points: list[dict], scores: dict[str, list[TaskScore]], base: list
                     "vs_best": _against(scores[smallest], scores[best]) if smallest not in (None, best) else {},
                     "beaten_by": {pid: by for pid, by in beaten.items() if by}})
     return out
-
-
-def _cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def cell(d: dict | None, task: str) -> str:

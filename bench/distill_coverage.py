@@ -26,7 +26,8 @@ from transformers import AutoTokenizer  # noqa: E402
 from mosaic_core.config import DistillConfig, VocabConfig  # noqa: E402
 from mosaic_core.modeling.refs import resolve_model  # noqa: E402
 from mosaic_core.vocab.build import split_heldout  # noqa: E402
-from mosaic_core.vocab.distill import _order, _windows  # noqa: E402
+from mosaic_core.vocab.distill import _windows  # noqa: E402
+from mosaic_core.vocab.windows import _order  # noqa: E402
 from storage.pairs_io import iter_corpus_texts  # noqa: E402
 
 

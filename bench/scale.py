@@ -64,6 +64,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # mosaic_core for the machine's precision and the demo pairs
+
+from bench.machine import cpu_name  # noqa: E402
+
 SHARED = ROOT.parent / "shared" / "data"
 BIOMED = SHARED / "biomed" / "biomed_title_abstract.jsonl"
 RESULTS = ROOT / "bench" / "results" / "scale"
@@ -388,14 +391,6 @@ def run_all(args: argparse.Namespace, ref_root: Path | None) -> list[dict]:
 
 # ------------------------------------------------------------------------------------ reporting
 
-def _cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
-
-
 def machine() -> dict:
     """This machine: CPU, cores, memory, torch, and the precision ``precision=auto`` resolves on its CPU."""
     import torch
@@ -403,7 +398,7 @@ def machine() -> dict:
     from mosaic_core.modeling.encode import resolve_precision
 
     dtype = resolve_precision("auto", torch.device("cpu"))
-    return {"cpu": _cpu_name(), "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "precision": "bf16" if dtype is torch.bfloat16 else "fp32", "platform": platform.platform()}
 

@@ -81,7 +81,6 @@ def vocab(
     """
     from flows.vocab import vocab_flow
     from mosaic_core.modeling.modeldir import vocab_report_markdown
-    from storage.pairs_io import check_pairs_source
 
     cfg = _vocab_config(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
                         min_count=min_count, max_tokens=max_tokens, init=init, prune=prune,
@@ -91,12 +90,19 @@ def vocab(
                                  **({"max_steps": distill_steps} if distill_steps else {})},
                         text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
                         model_kind=model_kind, sample_texts=sample_texts)
-    check_pairs_source(corpus, cfg.text_columns, "--corpus")
-    if reduce_to_corpus:
-        check_pairs_source(reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")
+    _check_sources(corpus, cfg)
     _model(base_model)
     report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"))
     Console().print(vocab_report_markdown(out) or report)
+
+
+def _check_sources(corpus: str, cfg: VocabConfig) -> None:
+    """The corpus (and the one to reduce the vocabulary to) are data roots or pairs files with the text columns."""
+    from storage.pairs_io import check_pairs_source
+
+    check_pairs_source(corpus, cfg.text_columns, "--corpus")
+    if cfg.reduce_to_corpus:
+        check_pairs_source(cfg.reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")
 
 
 def _vocab_config(**fields) -> VocabConfig:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from mosaic_core.vocab.distill import split_sentences
+from mosaic_core.vocab.windows import split_sentences
 
 
 @dataclass

@@ -12,7 +12,9 @@ from transformers import AutoModel, AutoTokenizer
 from mosaic_core.config import DistillConfig
 from mosaic_core.vocab import distill as distill_module
 from mosaic_core.vocab.build import PRUNE_SHARES, build_expanded_model
-from mosaic_core.vocab.distill import (
+from mosaic_core.vocab import windows as windows_module
+from mosaic_core.vocab.distill import token_costs, token_drift
+from mosaic_core.vocab.windows import (
     _order,
     align_positions,
     draw_sets,
@@ -21,8 +23,6 @@ from mosaic_core.vocab.distill import (
     make_windows,
     reverted,
     split_sentences,
-    token_costs,
-    token_drift,
 )
 
 TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
@@ -200,7 +200,7 @@ def test_streamed_draw_is_the_in_memory_draw(distilled, monkeypatch, k, seed):
     base_tok, new_tok = AutoTokenizer.from_pretrained(base), AutoTokenizer.from_pretrained(out)
     texts = [f"{a}. The {b} of {c}! Patients with {c} were seen." for a, b, c in
              zip(CORPUS, CORPUS[5:] + CORPUS[:5], TOPICS * 20, strict=False)]
-    monkeypatch.setattr(distill_module, "WINDOW_CHUNK", 7)  # many chunks: positions must carry across them
+    monkeypatch.setattr(windows_module, "WINDOW_CHUNK", 7)  # many chunks: positions must carry across them
     streamed = draw_windows(texts, base_tok, new_tok, 64, len(base_tok), k, seed)
     reference = _drawn_in_memory(texts, base_tok, new_tok, 64, len(base_tok), k, seed)
     def plain(windows):
