@@ -7,7 +7,9 @@ Each configuration runs in a fresh process (peak memory is per process): ``--mod
 joint step (MLM + InfoNCE) in fp32 on ``--batch`` real biomedical pairs. Prints the extra peak
 memory of one step above the loaded model (RSS on the CPU, allocated device memory on CUDA)
 for (batch B, whole batch at once), (batch B, chunks of c) and (batch c) — the chunk's own
-footprint — and the largest difference between the cached and the plain big-batch gradients.
+footprint — and the largest difference between the cached and the plain big-batch gradients,
+beside the activation estimate that chooses a stage's chunk when none is set
+(:mod:`mosaic_core.trainer.memory`).
 """
 
 from __future__ import annotations
@@ -92,11 +94,20 @@ def main() -> None:
         a, b = torch.load(f"{tmp}/plain.pt"), torch.load(f"{tmp}/cached.pt")
         diff = max(float((a[n] - b[n]).abs().max()) for n in a)
         scale = max(float(a[n].abs().max()) for n in a)
+    from transformers import AutoConfig
+
+    from mosaic_core.modeling.refs import resolve_model
+    from mosaic_core.trainer.memory import sequence_bytes
+
+    config = AutoConfig.from_pretrained(resolve_model(args.model))
+    pair = (sequence_bytes(config, 64) + sequence_bytes(config, args.doc_tokens)) / 2**20
     what = "peak allocated device memory" if args.device.startswith("cuda") else "peak RSS"
     print(f"{args.model}, joint step, doc tokens {args.doc_tokens}, fp32, {what} above the loaded model:")
     print(f"batch {args.batch:4d}, one pass        {plain:8.0f} MiB  (baseline)")
     print(f"batch {args.batch:4d}, chunks of {args.chunk:3d}  {cached:8.0f} MiB  ratio {cached / plain:.2f}")
     print(f"batch {args.chunk:4d}, one pass        {small:8.0f} MiB  ratio {small / plain:.2f} (the chunk's footprint)")
+    print(f"estimate (64 query, {args.doc_tokens} document tokens): {pair:.0f} MiB a pair; measured "
+          f"{(plain - small) / (args.batch - args.chunk):.0f} MiB a pair (batch {args.batch} minus batch {args.chunk})")
     print(f"gradients: max |cached - plain| = {diff:.2e} (largest gradient entry {scale:.2e})")
 
 

@@ -119,8 +119,12 @@ class StageConfig(Frozen):
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     batch_size: int = Field(128, gt=0, description="Pairs per contrastive batch (in-batch negatives).")
     chunk_size: int | None = Field(
-        None, gt=0, description="Gradient-caching chunk: pairs per forward pass (None: the whole batch)."
+        None, gt=0, description="Gradient-caching chunk: pairs per forward pass (None: the whole batch when its "
+        "estimated activations fit activation_gib, else the most pairs that do)."
     )
+    activation_gib: float | None = Field(
+        None, gt=0.0, description="GiB of activations one forward pass may keep before the batch is chunked "
+        "(None: 1 on a CPU, 80 % of the free memory on a GPU). The loss is the same either way.")
     accumulation: int = Field(1, ge=1, description="Batches per optimizer step.")
     warmup_ratio: float = Field(0.06, ge=0.0, lt=1.0, description="Share of the steps over which the learning "
                                 "rate rises linearly to lr.")

@@ -19,6 +19,7 @@ from mosaic_core.modeling.modeldir import DOMAIN_IDS, read_domain_ids
 from mosaic_core.modeling.prompts import Prompts, resolve_prompts
 from mosaic_core.modeling.sparse import is_sparse_dir
 from mosaic_core.trainer.data import BatchPlan, PairSet
+from mosaic_core.trainer.memory import choose_chunk
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ def check_inputs(stage: StageConfig, input_model: str, input_model_dir: str, dom
                               "(see its vocab_report.md): lower vocab min_count, or set mlm_tokens='all'")
     if len(data) < 2:
         raise StageInputError(f"stage {stage.name!r} needs at least 2 training pairs, got {len(data)}")
+    if stage.batch_size * stage.accumulation > len(data):
+        raise StageInputError(f"stage {stage.name!r}: a batch of {stage.batch_size * stage.accumulation:,} pairs "
+                              f"is more than its {len(data):,} training pairs: set batch_size (and accumulation) "
+                              f"to at most {len(data):,}")
     if stage.model_kind == "dense" and is_sparse_dir(input_model_dir):
         raise StageInputError(f"{input_model} is a sparse (SPLADE) model: train it with model_kind 'sparse' "
                               "(`--model-kind sparse`)")
@@ -222,5 +227,6 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
         collate=build_collator(tokenizer, stage, domain_ids, lengths, prompts),
         plan=plan, loss_fn=build_loss(stage), lengths=lengths,
         domain_ids=domain_ids, mlm_domain=dev_domain if stage.mlm_tokens == "domain" else None, device=device,
-        dtype=resolve_precision(stage.precision, device), chunk=stage.chunk_size or plan.batch_size, total=total,
+        dtype=resolve_precision(stage.precision, device), total=total,
+        chunk=choose_chunk(stage, model.encoder.config, lengths, plan.batch_size, device),
         rank=rank, world=size, net=wrap_for_ranks(model, device, size), prompts=prompts)

@@ -147,8 +147,6 @@ class StepLoop:
     def run(self, state: TrainState) -> str:
         """Train to the end; returns why it stopped: ``steps`` or ``mlm_target``."""
         p, stage = self.parts, self.stage
-        if keeps_best(stage) and stage.eval_every and state.step == 0:
-            self.evaluate(state)  # the input model competes too: a stage never hands on a worse model
         batches = TokenCounter(prefetched(self.make_batch, state.step * stage.accumulation,
                                           p.total * stage.accumulation))
         bar = tqdm(total=p.total, initial=state.step, desc=f"stage {stage.name}", unit="step",

@@ -16,16 +16,16 @@ import torch
 
 from mosaic_core.config import StageConfig
 from mosaic_core.modeling.card import facts, render
-from mosaic_core.modeling.dual_encoder import DualEncoder, save_model
+from mosaic_core.modeling.dual_encoder import DualEncoder, build_model, save_model
 from mosaic_core.modeling.encode import Encoder
 from mosaic_core.modeling.modeldir import copy_domain_ids, write_card, write_stage_record
 from mosaic_core.modeling.prompts import declare_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer.build import TrainParts, build_parts
 from mosaic_core.trainer.data import PairSet
-from mosaic_core.trainer.heldout import RetrievalProbe
+from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe
 from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, loss_terms, warmup_target, window_means
-from mosaic_core.trainer.state import TrainState, load_state, restore_best
+from mosaic_core.trainer.state import Best, TrainState, load_state, restore_best
 from mosaic_core.trainer.tracking import stage_tracker
 from mosaic_core.versioning import runtime
 
@@ -171,11 +171,10 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
         "domain_vocab": 0 if parts.domain_ids is None else len(parts.domain_ids)}, state.resumed_from, reference,
         {"mlm", "contrastive", "flops"} - set(loss_terms(stage)))
     if tracker is not None:
-        first_eval = keeps_best(stage) and stage.eval_every and state.step == 0 and hooks.evaluate is not None
-        hooks = replace(hooks, on_record=_chain(tracker, hooks.on_record),
-                        evaluate=tracker.starting_point(hooks.evaluate) if first_eval else hooks.evaluate)
+        hooks = replace(hooks, on_record=_chain(tracker, hooks.on_record))
     try:
         stop_reason = StepLoop(parts, stage, data, out_dir, fingerprint, hooks, target).run(state)
+        input_won = _input_competes(parts, resolved, stage, state, hooks, tracker)
     finally:
         if tracker is not None:
             tracker.close()
@@ -184,7 +183,8 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
     if parts.rank == 0 and best_step is not None and best_step != state.step:
         log.info("stage %s: keeping step %d (validation NDCG@10 %.4f), not the last step %d", stage.name, best_step,
                  state.best.score, state.step)
-        restore_best(ckpt_dir, parts, state.best)
+        if not input_won:
+            restore_best(ckpt_dir, parts, state.best)
     result = StageResult(
         stage.name, str(out_dir), state.step, len(data), time.perf_counter() - t0, state.resumed_from,
         parts.head_loaded, window_means(state.window) if state.window else {},
@@ -193,6 +193,31 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
     if parts.rank == 0:
         _write_outputs(parts, resolved, input_model, stage, fingerprint, result, out_dir)
     return result
+
+
+def _input_competes(parts: TrainParts, resolved: str, stage: StageConfig, state: TrainState, hooks: Hooks,
+                    tracker) -> bool:
+    """The input model competes too, so that a stage never hands on a worse model. It is scored
+    after the last step (training starts at once: on a CPU the validation takes most of a minute)
+    and becomes the stage's output when it beats the kept model by more than ``best_tolerance``;
+    then its weights are loaded into ``parts.model`` and True is returned."""
+    if (not keeps_best(stage) or not stage.eval_every or hooks.evaluate is None or parts.rank != 0
+            or state.best is None or any(e["step"] == 0 for e in state.evals)):  # a resumed stage scored it already
+        return False
+    torch.manual_seed(stage.seed)  # the input model exactly as the stage built it, untrained head included
+    model, _ = build_model(resolved, kind=stage.model_kind)
+    metrics = {"step": 0, **hooks.evaluate(model.to(parts.device))}
+    state.evals.insert(0, metrics)
+    if tracker is not None:
+        tracker({"step": 0, "eval": metrics})
+    score = metrics.get(SELECT_METRIC)
+    log.info("stage %s: the input model's validation %s", stage.name,
+             ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("step", "n")))
+    if score is None or score <= state.best.score + stage.best_tolerance:
+        return False
+    state.best = Best(0, score)
+    parts.model.load_state_dict(model.state_dict())
+    return True
 
 
 def _chain(*callbacks: Callable[[dict], None] | None) -> Callable[[dict], None]:

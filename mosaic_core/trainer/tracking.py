@@ -5,7 +5,7 @@ retrieval at each evaluation — and the domain-MLM term beside its frequency ba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -53,19 +53,6 @@ class StageTracker:
         if self.mlm_baseline is not None and "loss/mlm" in values:
             values[MLM_BASELINE] = self.mlm_baseline
         self.tracker.scalars(values, int(record["step"]))
-
-    def starting_point(self, evaluate: Callable[[object], dict]) -> Callable[[object], dict]:
-        """``evaluate``, its first call (the input model's, before step 1) also logged at step 0."""
-        first = True
-
-        def call(model: object) -> dict:
-            nonlocal first
-            metrics = evaluate(model)
-            if first:
-                self({"step": 0, "eval": metrics})
-                first = False
-            return metrics
-        return call
 
     def close(self) -> None:
         self.tracker.close()

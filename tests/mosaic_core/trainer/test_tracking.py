@@ -58,7 +58,8 @@ def test_a_tiny_stage_writes_every_series_with_its_steps(stage1, tmp_path):
     for tag in ("loss/total", "loss/mlm", "loss/contrastive", "train/lr", "train/grad_norm", "speed/pairs_per_s",
                 "speed/tokens_per_s", MLM_BASELINE):
         assert [s for s, _ in series[tag]] == steps, tag
-    assert [s for s, _ in series["val/ndcg@10"]] == [0, 2, 4]  # the input model, then every eval_every steps
+    # every eval_every steps, then the input model (as step 0) after the last step
+    assert [s for s, _ in series["val/ndcg@10"]] == [2, 4, 0]
     baseline = result.mlm_frequency_entropy
     assert 0 < baseline < math.log(result.domain_vocab)
     assert [v for _, v in series[MLM_BASELINE]] == pytest.approx([baseline] * 4)

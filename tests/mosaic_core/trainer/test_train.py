@@ -289,7 +289,7 @@ def scripted(*scores: float) -> Hooks:
 def test_the_stage_output_is_its_best_validated_model_not_its_last(stage1, tmp_path):
     flat = dict(schedule="constant", warmup_ratio=0.0, eval_every=2)
     result = train_stage(str(stage1), PAIRS, stage(max_steps=4, **flat), tmp_path / "best",
-                         hooks=scripted(0.1, 0.5, 0.3))
+                         hooks=scripted(0.5, 0.3, 0.1))
     assert [e["step"] for e in result.evals] == [0, 2, 4] and result.best_step == 2
     record = json.loads((tmp_path / "best" / "stage.json").read_text())
     assert record["result"]["best_step"] == 2 and record["result"]["steps"] == 4
@@ -304,17 +304,22 @@ def test_the_stage_output_is_its_best_validated_model_not_its_last(stage1, tmp_p
 
 def test_ties_go_to_the_later_step_and_the_input_model_can_win(stage1, tmp_path):
     flat = dict(schedule="constant", warmup_ratio=0.0, eval_every=2, max_steps=4)
-    tied = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "tied", hooks=scripted(0.1, 0.5, 0.5))
+    tied = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "tied", hooks=scripted(0.5, 0.5, 0.1))
     assert tied.best_step == 4
     # Within best_tolerance (0.005) of the top score is a tie too, judged against the top, not the kept one.
-    near = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "near", hooks=scripted(0.1, 0.5, 0.496))
+    near = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "near", hooks=scripted(0.5, 0.496, 0.1))
     assert near.best_step == 4
-    below = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "below", hooks=scripted(0.5, 0.497, 0.494))
-    assert below.best_step == 2  # 0.494 is within 0.005 of the kept 0.497 but not of the top 0.5
+    below = train_stage(str(stage1), PAIRS, stage(**{**flat, "max_steps": 6}), tmp_path / "below",
+                        hooks=scripted(0.5, 0.497, 0.494, 0.1))
+    assert below.best_step == 4  # 0.494 is within 0.005 of the kept 0.497 but not of the top 0.5
+    # The input model, scored after the last step, replaces the kept model only when it is better by more
+    # than the tolerance.
+    level = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "level", hooks=scripted(0.497, 0.494, 0.498))
+    assert level.best_step == 4 and [e["step"] for e in level.evals] == [0, 2, 4]
     strict = train_stage(str(stage1), PAIRS, stage(best_tolerance=0.0, **flat), tmp_path / "strict",
-                         hooks=scripted(0.1, 0.5, 0.496))
+                         hooks=scripted(0.5, 0.496, 0.1))
     assert strict.best_step == 2
-    kept_input = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "input", hooks=scripted(0.9, 0.5, 0.3))
+    kept_input = train_stage(str(stage1), PAIRS, stage(**flat), tmp_path / "input", hooks=scripted(0.5, 0.3, 0.9))
     assert kept_input.best_step == 0
     a, b = weights(stage1), weights(tmp_path / "input")
     for name in a:
