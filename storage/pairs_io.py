@@ -170,6 +170,10 @@ def check_pairs_source(source: str, columns: tuple[str, ...], what: str = "pairs
                               "manifests/): run `mosaic ingest` into it first, or pass a pairs file")
         return path
     present = _header(path)
+    if not present:
+        what_is = "is empty" if path.stat().st_size == 0 else "has no row that reads (no JSON object, no header)"
+        raise CorpusError(f"{path} {what_is}: there are no pairs to read. Pass a file with {list(columns)} in each "
+                          "row (.jsonl: one JSON object per line)")
     missing = [c for c in columns if c not in present]
     if missing:
         raise CorpusError(f"{path}: no column(s) {missing}; it has {sorted(present)}. Name the text columns "
@@ -215,6 +219,34 @@ def read_pairs(source: str, query_col: str = "query", doc_col: str = "document")
 
 STREAM_ROWS = 2048
 """Rows per batch a pairs file is streamed in."""
+
+
+def _pair_batch(queries, documents) -> pa.RecordBatch:
+    return pa.record_batch({"query": pa.array(queries, pa.string()), "document": pa.array(documents, pa.string())})
+
+
+def pair_batches(source: str, query_col: str = "query", doc_col: str = "document",
+                 skipped: dict[str, int] | None = None) -> Iterator[pa.RecordBatch]:
+    """:func:`read_pairs`'s usable pairs in its order, streamed as record batches with ``query``
+    and ``document`` columns: memory holds one batch. Unusable rows and unreadable lines are
+    counted into ``skipped`` (by reason) rather than logged, so that a caller passing over the
+    source twice reports them once."""
+    skipped = {} if skipped is None else skipped
+    path = Path(source).expanduser()
+    if _is_data_root(path):
+        for queries, documents in _root_texts(path):
+            yield _pair_batch(queries, documents)
+        return
+    if not path.is_file():
+        raise CorpusError(f"pairs source {source!r} is neither a pairs file nor a MOSAIC data root")
+    check_pairs_source(str(path), (query_col, doc_col))
+    for rows in stream_rows(path, (query_col, doc_col), skipped, set()):
+        usable = [(q, d) for q, d in rows if _usable(q) and _usable(d)]
+        if len(usable) < len(rows):
+            skipped["unusable"] = skipped.get("unusable", 0) + len(rows) - len(usable)
+        if usable:
+            queries, documents = zip(*usable, strict=True)
+            yield _pair_batch(queries, documents)
 
 
 def stream_rows(path: Path, names: tuple[str, ...], bad: dict[str, int], present: set[str],

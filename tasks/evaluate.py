@@ -23,12 +23,12 @@ from mosaic_core.modeling import card
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.modeldir import MODEL_CARD, read_stage_record, read_vocab_report, write_card
 from mosaic_core.modeling.refs import resolve_model
-from mosaic_core.trainer.heldout import retrieval_data, split_heldout
+from mosaic_core.trainer.heldout import heldout_split, retrieval_task
 from mosaic_core.versioning import code_version
 from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
 from storage.layout import DataLayout
-from storage.pairs_io import corpus_fingerprint, read_pairs
+from storage.pairs_io import corpus_fingerprint, pair_batches
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
@@ -75,13 +75,20 @@ def _load_task(spec: EvalTaskSpec, checksum: str):
         if data.skipped:
             log.warning("%s: skipped %d unusable rows", spec.name, data.skipped)
         return evaluation.sts_task(spec.name, data.rows, data.min_score, data.max_score, f"STS file {spec.path}")
-    pairs, _ = read_pairs(spec.path, spec.query_column, spec.document_column)
-    train, heldout = split_heldout(pairs, spec.heldout_pairs)
+    skipped: list[dict[str, int]] = []  # per pass over the source: each pass counts the same rows
+
+    def batches():
+        skipped.append({})
+        return pair_batches(spec.path, spec.query_column, spec.document_column, skipped[-1])
+    heldout, distractors, n = heldout_split(batches, spec.heldout_pairs, 0 if spec.kind == "verses" else spec.pool)
+    if sum(skipped[0].values()):
+        log.warning("%s: skipped %d rows without a usable %s/%s (%s)", spec.path, sum(skipped[0].values()),
+                    spec.query_column, spec.document_column, ", ".join(f"{k} {v}" for k, v in skipped[0].items()))
     if not heldout:
-        raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({len(pairs)}) to hold any out")
+        raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({n}) to hold any out")
     if spec.kind == "verses":
         return _verse_task(spec, heldout)
-    corpus, queries, qrels = retrieval_data(train, heldout, spec.pool)
+    corpus, queries, qrels = retrieval_task(heldout, distractors)
     return evaluation.retrieval_task(spec.name, corpus, queries, qrels,
                                      f"held-out pairs of {spec.path}: {len(queries)} queries, {len(corpus)} documents")
 

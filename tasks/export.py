@@ -12,10 +12,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from mosaic_core.modeling.export import MANIFEST, ExportRefused, export_model
-from mosaic_core.trainer.heldout import split_heldout
+from mosaic_core.trainer.heldout import heldout_split
 from storage.layout import DataLayout
 from storage.lock import root_lock
-from storage.pairs_io import read_pairs
+from storage.pairs_io import pair_batches
 from storage.published import current_model
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ def export_published(data_root: str, kinds: list[str], heldout_pairs: int, query
         target_dir = exports_dir(data_root)
         for stale in target_dir.glob(".*.tmp") if target_dir.is_dir() else ():  # left by a killed export
             shutil.rmtree(stale, ignore_errors=True)
-        pairs, _ = read_pairs(data_root, query_column, document_column)
-        heldout = split_heldout(pairs, heldout_pairs)[1][:CHECK_PAIRS]
+        heldout = heldout_split(lambda: pair_batches(data_root, query_column, document_column), heldout_pairs,
+                                0)[0][:CHECK_PAIRS]
         records = []
         for kind in kinds:
             out = target_dir / kind

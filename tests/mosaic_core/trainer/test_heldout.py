@@ -97,3 +97,29 @@ def test_a_pair_set_reads_a_memory_mapped_table_without_allocating(tmp_path):
     data = PairSet(pa.ipc.open_file(pa.memory_map(str(path))).read_all())
     assert data.example(1498) == rows[1498] and len(data) == 1500
     assert path.stat().st_size > 3_000_000 and pa.total_allocated_bytes() - before < 100_000
+
+
+def test_the_streamed_heldout_task_is_the_one_the_lists_gave(tmp_path):
+    """Evaluation's held-out task and the export check read their pairs in two streamed passes;
+    the test pairs and distractors are those of split_heldout and retrieval_data over the whole list."""
+    import json
+
+    from mosaic_core.trainer.heldout import heldout_split, retrieval_data, split_heldout
+    from storage.pairs_io import pair_batches, read_pairs
+
+    rng = random.Random(3)
+    words = ["cell", "tumour", "dose", "rat", "renal", "β-blocker"]
+    docs = [" ".join(rng.choices(words, k=8)) for _ in range(40)]
+    lines = [json.dumps({"q": f"q {i} " + rng.choice(words), "d": rng.choice(docs)}) for i in range(300)]
+    lines[5] = json.dumps({"q": "", "d": "a document without a query"})  # unusable: counted, skipped
+    lines[9] = "not json"
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    pairs, _ = read_pairs(str(path), "q", "d")
+    train, expected = split_heldout(pairs, 25)
+    corpus, _, _ = retrieval_data(train, expected, 15)
+    skipped: dict[str, int] = {}
+    test, distractors, n = heldout_split(lambda: pair_batches(str(path), "q", "d", skipped), 25, 15)
+    assert n == len(pairs) == 298 and test == expected
+    assert [c["text"] for c in corpus] == list(dict.fromkeys([*(d for _, d in test), *distractors]))
+    assert skipped == {"unusable": 2, "invalid_json": 2}  # two passes, one row and one line each
