@@ -134,13 +134,15 @@ def _bare_wait(argv: list[str]) -> list[str]:
 def main() -> None:
     """The ``mosaic`` console entry. A wrong input ends with one clear line (exit 2); a data
     root another command is writing, with who holds it (exit 3); any other failure of a flow
-    with its message in a few lines and where the full log is (exit 1). The traceback only with
-    ``--debug`` or ``MOSAIC_DEBUG=1``."""
+    with its message in a few lines and where the full log is (exit 1); a full disk under a data
+    root it wrote, in one line naming the root and its free space (exit 4). The traceback only
+    with ``--debug`` or ``MOSAIC_DEBUG=1``."""
     import sys
 
     from flows.console import full_log, short
     from flows.server import command_api
     from storage.lock import RootBusy
+    from storage.space import NoSpace, space_problem
 
     debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
     if "--debug" in sys.argv:
@@ -156,6 +158,9 @@ def main() -> None:
     except RootBusy as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(3)
+    except NoSpace as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        sys.exit(4)
     except input_errors() as exc:
         if debug:
             raise
@@ -163,6 +168,10 @@ def main() -> None:
                       "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
         sys.exit(2)
     except Exception as exc:  # a failure inside a flow: its message, and where the traceback is
+        if (full := space_problem(exc)) is not None and not debug:  # a full disk, whatever the writer said
+            where = f"\n[dim]full log: {log_path}[/dim]" if log_path else ""
+            console.print(f"[red]error:[/red] {escape(full)}{where}")
+            sys.exit(4)
         if debug or not runs_flows:
             raise
         console.print(f"[red]error:[/red] {type(exc).__name__}: {escape(short(str(exc)))}\n"

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from cli.common import (DEFAULT_ROOT, DataRoot, DocumentPrompt, QueryPrompt, _folder, _model, _run, app, console,
                         prompts_option)
+from mosaic_core.config_base import file_name
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 
@@ -23,6 +24,10 @@ def parse_models(items: list[str]) -> dict[str, str]:
             name, path = Path(item).name or item, item
         if name in models:
             raise typer.BadParameter(f"two models named {name!r}: use NAME=PATH")
+        try:
+            file_name(name, "a model's name")
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
         models[name] = path
     return models
 

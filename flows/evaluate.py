@@ -15,6 +15,7 @@ from mosaic_core.modeling.refs import resolve_model
 from storage.benchmarks import BenchmarkError
 from storage.lock import root_lock
 from tasks.evaluate import evaluate_task, load_task, record_history, report_task, task_checksum
+from tasks.results import recorded_beside
 
 
 class EvaluationInputError(RuntimeError):
@@ -38,7 +39,8 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
     # One (model, task) at a time: models are large, and transformers' from_pretrained toggles a
     # process-wide "skip weight init" flag that concurrent loads in threads can leave switched off.
     dims = cfg.dims or (None,)  # --dims: each task at each embedding size, named TASK@DIM
-    scores = {m: [TaskScore(**evaluate_task(m, p, s, str(Path(out_dir) / "predictions" / m / (f"dim{d}" if d else "")),
+    evaluate = recorded_beside(evaluate_task, out_dir)
+    scores = {m: [TaskScore(**evaluate(m, p, s, str(Path(out_dir) / "predictions" / m / (f"dim{d}" if d else "")),
                                             cfg.batch_size, cfg.model_kind,
                                             cfg.prompts.model_dump() if cfg.prompts else None, d))
                   for s in specs for d in dims] for m, p in models.items()}

@@ -27,6 +27,7 @@ from mosaic_core.config import EvalConfig, PipelineConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
 from tasks.export import export_published
+from tasks.own_pairs import check_enough_pairs
 from tasks.publish import decide_and_publish, published_model
 from tasks.report import funnel, run_report, story
 from tasks.tracking import end_run, log_outcome, log_stage, start_run
@@ -61,6 +62,9 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
             ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
                         ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
                             cfg.ingest, data_root))
+            check_enough_pairs(data_root, cfg.pairs.path if cfg.pairs else f"the citations in {root}",
+                               max(s.batch_size * s.accumulation for s in cfg.train.stages), cfg.train.heldout_pairs,
+                               cfg.train.validation_pairs)  # before any model is loaded
             distributed = cfg.dask_address is not None or cfg.workers > 1
             filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
                 data_root, cfg.filter, data_root, concurrency=None if distributed else 1)

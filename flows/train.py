@@ -10,6 +10,7 @@ from prefect.artifacts import create_table_artifact
 from mosaic_core.config import TrackingConfig, TrainConfig
 from storage.lock import root_lock
 from tasks.negatives import with_hard_negatives
+from tasks.results import recorded_beside
 from tasks.tracking import end_run, log_stage, start_run
 from tasks.train import default_processes, merge_task_for, train_stage_for
 
@@ -68,10 +69,11 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
             if stage.hard_negatives:  # mined once per source (a no-op for one that carries them)
                 key = (source, *cfg.columns_for(stage))
                 if key not in mined:
-                    mined[key] = with_hard_negatives(source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
-                                                     (stage.query_max_length, stage.document_max_length),
-                                                     str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"),
-                                                     examples, stage.prompts.model_dump() if stage.prompts else None)
+                    mined[key] = recorded_beside(with_hard_negatives, out_root)(
+                        source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
+                        (stage.query_max_length, stage.document_max_length),
+                        str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,
+                        stage.prompts.model_dump() if stage.prompts else None)
                 source = mined[key]
             results.append(train_stage_for(out)(model, source, stage, cfg, out, examples,
                                                 processes or default_processes()))

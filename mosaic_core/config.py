@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from mosaic_core.config_base import OFFLINE_MODEL, Frozen
+from mosaic_core.config_base import OFFLINE_MODEL, Frozen, file_name
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
@@ -25,7 +25,8 @@ class EvalTaskSpec(Frozen):
     kind: Literal["mteb", "beir", "sts", "heldout", "verses"] = Field(
         ..., description="mteb: a task by name; beir: a BEIR folder; sts: an STS file; heldout: a run's held-out "
         "pairs; verses: the Islamic held-out verse links.")
-    name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task.")
+    name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task (it names the "
+                      "task's predictions file: no '/', '\\', '.' or '..').")
     description: str | None = Field(
         None, description="What the task asks, in words a newcomer understands (the run report leads with it).")
     path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout, verses).")
@@ -38,6 +39,11 @@ class EvalTaskSpec(Frozen):
     query_column: str = Field("query", description="heldout: column of a pairs file that holds the queries.")
     document_column: str = Field("document", description="heldout: column of a pairs file that holds the "
                                  "documents.")
+
+    @field_validator("name")
+    @classmethod
+    def _a_file_name(cls, name: str) -> str:
+        return file_name(name, "an evaluation task's name")
 
     @model_validator(mode="after")
     def _path_for_local(self) -> EvalTaskSpec:

@@ -47,3 +47,11 @@ class Frozen(BaseModel):
         """Stable 16-hex digest of every field; part of cache keys and manifests."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_name(name: str, what: str) -> str:
+    """``name`` when it can name a file inside a folder (no path separator, not ``.`` or ``..``,
+    no NUL): a name that becomes a path never writes outside its folder."""
+    if name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(f"{what} {name!r} becomes a file name: use no '/', '\\' or NUL, and not '.' or '..'")
+    return name

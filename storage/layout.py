@@ -20,6 +20,14 @@ def partition_name(file_name: str) -> str:
     return stem
 
 
+def data_root_of(path: str | Path) -> Path | None:
+    """The MOSAIC data root ``path`` lies in (the nearest folder, ``path`` itself included, with a
+    catalog or manifests), or None."""
+    path = Path(path).expanduser().resolve()
+    return next((p for p in (path, *path.parents) if (p / "catalog.duckdb").is_file() or (p / "manifests").is_dir()),
+                None)
+
+
 def file_sequence(file_name: str) -> int:
     """Order of a source file in the snapshot: later files revise earlier ones.
 

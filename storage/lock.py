@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from storage.parquet import remove_stale_temporaries
+from storage.space import WRITTEN
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0) -
         if held is None:
             held = _HELD[path] = _Held(_acquire(path, command, wait), 0)
             _remove_stale(path)
+            WRITTEN.add(path)
         held.depth += 1
     try:
         yield path

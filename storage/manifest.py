@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from storage.layout import DataLayout
 from storage.parquet import write_atomic_bytes
+
+log = logging.getLogger(__name__)
 
 
 class Manifest(BaseModel):
@@ -65,5 +70,26 @@ def is_current(
         m is not None
         and m.status == "complete"
         and (m.source_md5, m.config_hash, m.code_version) == (source_md5, config_hash, code)
-        and all(Path(p).exists() for p in m.outputs)
+        and outputs_whole(m)
     )
+
+
+def outputs_whole(m: Manifest) -> bool:
+    """Whether every output of ``m`` is there and whole: a Parquet output's footer reads and
+    holds the ``rows_out`` rows the manifest counted. A damaged one is named in one warning (the
+    caller then makes the partition again)."""
+    for output in map(Path, m.outputs):
+        if not output.exists():
+            return False
+        if output.suffix != ".parquet":
+            continue
+        try:
+            rows = pq.ParquetFile(output).metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("%s is damaged (%s): partition %s of %s is made again", output, exc, m.partition, m.stage)
+            return False
+        if rows != m.rows_out:
+            log.warning("%s holds %d rows, its manifest %d: partition %s of %s is made again", output, rows,
+                        m.rows_out, m.partition, m.stage)
+            return False
+    return True

@@ -230,6 +230,10 @@ def check_own_pairs(source: str, query_column: str, document_column: str, base: 
             present = _columns(path)
         except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorpusError(f"{path}: cannot be read as {_kind(path)}: {str(exc).splitlines()[0]}") from exc
+        if not present:
+            raise CorpusError(f"{path} {'is empty' if path.stat().st_size == 0 else 'has no row that reads'}: "
+                              f"there are no pairs in it. Pass pairs with {query_column!r} and {document_column!r} "
+                              "in each row")
         missing = [c for c in (query_column, document_column) if c not in present]
         if missing:
             raise CorpusError(f"{path}: no column {' or '.join(repr(c) for c in missing)}; it has "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,15 +62,20 @@ give unfinished files: what a killed process leaves behind."""
 
 
 def remove_stale_temporaries(directories: list[Path]) -> int:
-    """Delete every unfinished file (:data:`STALE_TEMPORARY`) under ``directories``; how many.
+    """Delete every unfinished file or folder (:data:`STALE_TEMPORARY`) under ``directories``; how many.
     Only :mod:`storage.lock` calls it, as it takes a data root's writer lock: nothing else can
     be writing there then."""
     removed = 0
     for directory in directories:
         if not directory.is_dir():
             continue
-        for path in directory.rglob(".*"):
-            if path.is_file() and STALE_TEMPORARY.match(path.name):
+        stale = [p for p in directory.rglob(".*") if STALE_TEMPORARY.match(p.name)]
+        for path in stale:  # files and folders (a copy being published, a checkpoint being saved)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists() or path.is_symlink():
                 path.unlink(missing_ok=True)
-                removed += 1
+            else:
+                continue  # inside a folder removed already
+            removed += 1
     return removed

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,8 +103,7 @@ def publish_model(layout: DataLayout, model_dir: Path, run_id: str, *, check: Ca
         raise PublishError(f"{model_dir}: no such model directory; models/current is unchanged")
     layout.published_models_dir.mkdir(parents=True, exist_ok=True)
     target = layout.published_models_dir / run_id
-    tmp = target.with_name(f".{run_id}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = target.with_name(f".{run_id}.{uuid.uuid4().hex}.tmp")  # the writer lock sweeps it if a publish is killed
     try:
         # tb: the training's TensorBoard files (mosaic_core.modeling.modeldir.TB_DIR), not the model's
         shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns("checkpoints", "tb", ".*"))

@@ -26,7 +26,7 @@ from storage import schemas
 from storage.catalog import Catalog
 from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
 from storage.layout import DataLayout
-from storage.manifest import Manifest, read_manifest, write_manifest
+from storage.manifest import Manifest, outputs_whole, read_manifest, write_manifest
 from storage.pairs_io import CorpusError, PairPartition, list_pair_partitions, read_pair_partition
 from storage.parquet import write_partition
 from tasks.keys import cache_key
@@ -201,7 +201,8 @@ def encode_partition_for(part: PairPartition, cfg: FilterConfig, root: str) -> T
 def filter_chunk_for(encoded: list[EncodedPartition], root: str) -> Task:
     """``filter_chunk`` with its cache bypassed when an output partition is gone."""
     layout = DataLayout(root)
-    present = all(layout.partition_path("filtered", e.partition.name).exists() for e in encoded)
+    manifests = [read_manifest(layout, STAGE, e.partition.name) for e in encoded]
+    present = all(m is not None and outputs_whole(m) for m in manifests)
     return filter_chunk.with_options(result_storage=DataLayout(root).results_dir, refresh_cache=not present)
 
 

@@ -14,11 +14,14 @@ import logging
 from datetime import datetime, timezone
 
 from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from mosaic_core.config import OwnPairsConfig
 from mosaic_core.data.own_pairs import CODE_VERSION, PairStats, pair_row
+from mosaic_core.trainer.heldout import split_sizes
 from storage import schemas
+from storage.catalog import Catalog
 from storage.layout import DataLayout
 from storage.manifest import Manifest, is_current, write_manifest
 from storage.own_pairs import check_own_pairs, content_hash, iter_pairs
@@ -112,3 +115,27 @@ def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
                                   for part in parts)
     return import_pairs.with_options(result_storage=layout.results_dir, refresh_cache=not present)
 
+
+
+def pairs_needed(batch: int, heldout: int, validation: int) -> int:
+    """The fewest distinct pairs a run trains on: once the test and validation pairs are held out
+    (:func:`~mosaic_core.trainer.heldout.split_sizes`), one batch of ``batch`` pairs is left."""
+    n = batch
+    while n - sum(split_sizes(n, heldout, validation)) < batch:
+        n += 1
+    return n
+
+
+@task(name="enough-pairs", cache_policy=NO_CACHE)
+def check_enough_pairs(root: str, source: str, batch: int, heldout: int, validation: int) -> int:
+    """The distinct usable pairs under ``root`` (read from ``source``); a :class:`CorpusError`
+    before any model is loaded when they are fewer than a run needs (:func:`pairs_needed`)."""
+    with Catalog(DataLayout(root)) as cat:
+        rows, distinct = cat.rows("SELECT count(*), count(DISTINCT (query, document)) FROM latest_pairs")[0]
+    need = pairs_needed(batch, heldout, validation)
+    if distinct < need:
+        copies = f" ({rows - distinct:,} rows repeat another)" if rows > distinct else ""
+        raise CorpusError(f"{source}: {distinct:,} distinct usable pairs{copies}; a run needs at least {need:,}: "
+                          f"{min(heldout, need // 5)} held out for the test, the validation pairs, and one training "
+                          f"batch of {batch}. Add pairs, or lower train batch_size / heldout_pairs / validation_pairs")
+    return distinct

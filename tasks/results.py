@@ -17,8 +17,11 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from prefect import Task
 from prefect.context import TaskRunContext
 from prefect.results import get_default_result_storage
+
+from storage.layout import DataLayout, data_root_of
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +74,14 @@ def json_only(key_fn: Callable[[TaskRunContext, dict], str]) -> Callable[[TaskRu
         return key
 
     return checked
+
+
+def recorded_beside(task: Task, out_path: str, **options) -> Task:
+    """``task`` (with ``options``) keeping its cache record with the data it describes: in
+    ``DATA_ROOT/.prefect-results`` when ``out_path`` lies in a data root, so that a rerun from
+    another Prefect home (a container, CI, a restored root) finds it; a command writing outside
+    any data root keeps Prefect's default (``$PREFECT_HOME/storage``)."""
+    root = data_root_of(out_path)
+    if root is not None:
+        options["result_storage"] = DataLayout(str(root)).results_dir
+    return task.with_options(**options)

@@ -36,7 +36,7 @@ from mosaic_core.versioning import code_version
 from storage.examples import examples_file, map_examples, read_batches
 from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, recorded_beside
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(trainer_stage)  # and all it imports (mosaic_core/versioning.py)
@@ -182,9 +182,9 @@ def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainCo
 
 def merge_task_for(out_dir: str) -> Task:
     """``merge_task``, bypassing Prefect's cache when its model is gone."""
-    return merge_task.with_options(refresh_cache=not is_complete_stage(out_dir))
+    return recorded_beside(merge_task, out_dir, refresh_cache=not is_complete_stage(out_dir))
 
 
 def train_stage_for(out_dir: str) -> Task:
     """``train_stage_task``, bypassing Prefect's cache when the stage's model is gone."""
-    return train_stage_task.with_options(refresh_cache=not is_complete_stage(out_dir))
+    return recorded_beside(train_stage_task, out_dir, refresh_cache=not is_complete_stage(out_dir))

@@ -12,14 +12,14 @@ from tqdm.auto import tqdm
 
 from mosaic_core.config import VocabConfig
 from mosaic_core.modeling.fingerprint import model_fingerprint
-from mosaic_core.modeling.modeldir import has_domain_ids
+from mosaic_core.modeling.modeldir import has_domain_ids, is_whole_model
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from mosaic_core.vocab import build as vocab
 from mosaic_core.vocab.sample import bottom_k
 from storage.pairs_io import corpus_fingerprint, iter_corpus_texts
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, recorded_beside
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(vocab)  # and all it imports (mosaic_core/versioning.py)
@@ -64,5 +64,5 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
 
 def expand_vocabulary_for(out_dir: str) -> Task:
     """``expand_vocabulary``, bypassing Prefect's cache when the output directory is gone."""
-    done = has_domain_ids(out_dir)
-    return expand_vocabulary.with_options(refresh_cache=not done)
+    done = has_domain_ids(out_dir) and is_whole_model(out_dir)
+    return recorded_beside(expand_vocabulary, out_dir, refresh_cache=not done)

@@ -23,12 +23,16 @@ its lineage; :func:`read_stage_record` resolves them against where the folder is
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 
 import torch
 
+from mosaic_core.files import replacing
+
+log = logging.getLogger(__name__)
 DOMAIN_IDS = "domain_token_ids.json"
 VOCAB_REPORT_JSON, VOCAB_REPORT_MD = "vocab_report.json", "vocab_report.md"
 HEAD_WEIGHTS, HEAD_CONFIG = "mlm_head.safetensors", "mlm_head.json"
@@ -39,9 +43,8 @@ TB_DIR = "tb"
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 # -- V_D --------------------------------------------------------------------------------------
@@ -88,9 +91,8 @@ def save_head(model_dir: Path, state: dict[str, torch.Tensor], config: dict) -> 
     from safetensors.torch import save_file
 
     path = Path(model_dir) / HEAD_WEIGHTS
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
     _write_text(Path(model_dir) / HEAD_CONFIG, json.dumps(config))
 
 
@@ -177,5 +179,21 @@ def read_stage_record(model_dir: str | Path) -> dict | None:
 
 
 def is_complete_stage(model_dir: str | Path) -> bool:
-    """Whether a stage finished writing its model here (its record is written last)."""
-    return (Path(model_dir) / STAGE_RECORD).is_file()
+    """Whether a stage finished writing a whole model here: its record (written last) is there
+    and the model loads (:func:`~mosaic_core.modeling.refs.check_loadable`: config, weights,
+    tokenizer). A damaged model is named in one warning; the caller then makes it again."""
+    if not (Path(model_dir) / STAGE_RECORD).is_file():
+        return False
+    return is_whole_model(model_dir)
+
+
+def is_whole_model(model_dir: str | Path) -> bool:
+    """Whether the model written to ``model_dir`` loads; one warning naming what is wrong if not."""
+    from mosaic_core.modeling.refs import ModelNotFound, check_loadable
+
+    try:
+        check_loadable(model_dir)
+    except ModelNotFound as exc:
+        log.warning("%s; it is made again", exc)
+        return False
+    return True

@@ -14,10 +14,11 @@ sentence-transformers' ``encode(..., prompt_name=...)`` and mteb look up.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from mosaic_core.files import replacing
 
 ST_CONFIG = "config_sentence_transformers.json"
 QUERY_NAMES = ("query", "search_query", "queries", "q")
@@ -82,9 +83,8 @@ def declare_prompts(model_dir: str | Path, prompts: Prompts) -> None:
     config["prompts"] = {**kept, **{k: v for k, v in prompts.as_dict().items() if v}}
     if config.get("default_prompt_name") not in config["prompts"]:
         config["default_prompt_name"] = None
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(config, indent=2))
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(config, indent=2))
 
 
 def prompt_positions(tokenizer, prompt: str) -> int:

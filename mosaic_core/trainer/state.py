@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from mosaic_core.files import remove, replacing, temporary_path
 from mosaic_core.trainer.build import TrainParts
 
 log = logging.getLogger(__name__)
@@ -66,16 +67,19 @@ def _plain(window: list[dict]) -> list[dict]:
 def save_state(ckpt_dir: Path, parts: TrainParts, state: TrainState, fingerprint: str, keep: int = 2) -> Path:
     """``ckpt_dir/step-N/state.pt``, written under a temporary name and renamed, so a crash
     mid-write never leaves half a checkpoint; older ones beyond ``keep`` are removed."""
-    tmp = ckpt_dir / f".tmp-step-{state.step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save({"fingerprint": fingerprint, "step": state.step, "model": parts.model.state_dict(),
-                "optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
-                "rng": _rng_state(), "window": _plain(state.window), "evals": state.evals,
-                "best": None if state.best is None else [state.best.step, state.best.score]}, tmp / STATE_FILE)
     final = ckpt_dir / f"step-{state.step:08d}"
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    tmp = temporary_path(final)
+    try:
+        tmp.mkdir(parents=True)
+        torch.save({"fingerprint": fingerprint, "step": state.step, "model": parts.model.state_dict(),
+                    "optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
+                    "rng": _rng_state(), "window": _plain(state.window), "evals": state.evals,
+                    "best": None if state.best is None else [state.best.step, state.best.score]}, tmp / STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    except BaseException:
+        remove(tmp)
+        raise
     for old in checkpoints(ckpt_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -102,10 +106,9 @@ def save_best(ckpt_dir: Path, parts: TrainParts, best: Best) -> None:
     """Keep the model (weights and head) of the best evaluation so far beside the checkpoints."""
     path = ckpt_dir / BEST_DIR / BEST_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"step": best.step, "score": best.score,
-                "model": {k: v.detach().cpu() for k, v in parts.model.state_dict().items()}}, tmp)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        torch.save({"step": best.step, "score": best.score,
+                    "model": {k: v.detach().cpu() for k, v in parts.model.state_dict().items()}}, tmp)
 
 
 def restore_best(ckpt_dir: Path, parts: TrainParts, best: Best) -> None:

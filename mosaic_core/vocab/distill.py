@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from mosaic_core.config import DistillConfig
+from mosaic_core.files import replacing
 from mosaic_core.modeling.encode import Pooling, pool, resolve_precision
 from mosaic_core.modeling.tracking import open_tracker
 from mosaic_core.vocab.windows import Window, _order, draw_windows, first_windows, make_windows, reverted
@@ -188,11 +188,10 @@ class DistillState:
     evals: list[dict] = field(default_factory=list)
 
     def save(self, path: Path, distiller: RowDistiller, fingerprint: str) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save({"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
-                    "optimizer": distiller.optimizer.state_dict(), "best_rows": self.best_rows.cpu(),
-                    **{k: v for k, v in asdict(self).items() if k != "best_rows"}}, tmp)
-        os.replace(tmp, path)
+        with replacing(path) as tmp:
+            torch.save({"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
+                        "optimizer": distiller.optimizer.state_dict(), "best_rows": self.best_rows.cpu(),
+                        **{k: v for k, v in asdict(self).items() if k != "best_rows"}}, tmp)
 
     @classmethod
     def load(cls, path: Path, distiller: RowDistiller, fingerprint: str) -> DistillState | None:

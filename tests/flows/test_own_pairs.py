@@ -3,11 +3,13 @@ rerun from the filter on when they change, and the shipped example end to end.""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from prefect.settings import get_current_settings
 
 from flows.filter import filter_flow
 from flows.own_pairs import own_pairs_flow
@@ -96,7 +98,12 @@ def test_the_python_docs_example_runs_end_to_end_and_a_rerun_is_cached(tmp_path)
     assert "| rows read | 429 |" in report and "pairs after the length and language filters" in report
     assert cfg.domain in (Path(result["final_model"]) / "README.md").read_text()
     weights = {p: p.stat().st_mtime_ns for p in (root / "models").glob("*/model.safetensors")}
+    predictions = {p: p.stat().st_mtime_ns for p in (root / "report" / "predictions").rglob("*") if p.is_file()}
+    assert weights and predictions
+    # Every cache record lives under the data root: a rerun from a fresh Prefect home is cached whole.
+    shutil.rmtree(get_current_settings().results.local_storage_path, ignore_errors=True)
     again = rebuild(config_file=str(EXAMPLE), data_root=str(root))  # a scheduled tick, the data unchanged
     assert again["rebuilt"] and again["final_model"] == result["final_model"]
     assert {p: p.stat().st_mtime_ns for p in weights} == weights  # nothing retrained
+    assert {p: p.stat().st_mtime_ns for p in predictions} == predictions  # nothing scored again
     assert {m: again["scores"][m] for m in result["scores"]} == result["scores"]

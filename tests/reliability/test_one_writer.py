@@ -90,14 +90,27 @@ def test_a_killed_holders_lock_is_taken_over_with_a_warning(tmp_path, caplog):
     stale.parent.mkdir(parents=True)
     dead = hold(root)
     stale.write_bytes(b"left by the killed writer")
+    # a half-copied publish and a checkpoint being saved (folders), a distillation state being written
+    copy = root / "models" / "published" / f".run-1.{'c' * 32}.tmp"
+    checkpoint = root / "models" / "1-joint" / "checkpoints" / f".step-00000200.{'d' * 32}.tmp"
+    state = root / "models" / "stage1" / f".distill-state.pt.{'e' * 32}.tmp"
+    for folder in (copy, checkpoint):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "weights.bin").write_bytes(b"half")
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"half")
+    kept = root / "models" / "published" / "run-0" / ".keep.tmp"  # no uuid: not an unfinished write
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"")
     os.kill(dead.pid, signal.SIGKILL)
     dead.wait()
     assert holder(root)["pid"] == dead.pid  # its record outlives it; the kernel released its lock
     with caplog.at_level("WARNING", logger="storage.lock"), root_lock(root, "mosaic ingest"):
         assert is_held(root) and holder(root)["pid"] == os.getpid()
         assert not stale.exists()  # a dead writer's unfinished file is removed once the lock is ours
+        assert not copy.exists() and not checkpoint.exists() and not state.exists() and kept.exists()
     assert f"took over the lock left by `mosaic run` (pid {dead.pid}" in caplog.text
-    assert "no longer running" in caplog.text and "removed 1 unfinished file" in caplog.text
+    assert "no longer running" in caplog.text and "removed 4 unfinished file" in caplog.text
     assert not is_held(root) and holder(root) == {}
 
 

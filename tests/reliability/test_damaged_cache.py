@@ -1,0 +1,78 @@
+"""A damaged cached output is not trusted: a stage whose weights were truncated and a filtered
+partition cut short are made again, with one warning naming the file, and the rerun heals."""
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from builders import stage1_config, tiny_bert
+
+from flows.train import train_flow
+from mosaic_core.config import StageConfig, TrainConfig
+from mosaic_core.modeling.modeldir import is_complete_stage
+from mosaic_core.modeling.refs import check_loadable
+from mosaic_core.vocab.build import build_expanded_model
+from storage.layout import DataLayout, data_root_of
+from storage.manifest import Manifest, is_current, write_manifest
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+TOPICS = ["cardiomyopathy", "immunotherapy", "hepatocytes", "nephropathy", "angiogenesis", "leukocytes"]
+PAIRS = [{"query": f"{t} in patients {i}", "document": f"patients with {t} were treated; {t} and cells {i}"}
+         for i in range(4) for t in TOPICS]
+
+
+def truncate(path, keep: float = 0.5) -> None:
+    os.truncate(path, int(path.stat().st_size * keep))
+
+
+def test_a_truncated_stage_model_is_trained_again_and_then_loads(tmp_path, caplog):
+    corpus = tmp_path / "pairs.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    stage1 = tmp_path / "stage1"
+    build_expanded_model([t for p in PAIRS for t in p.values()] * 3, stage1,
+                         stage1_config(tiny_bert(tmp_path / "base"), vocab_size=300))
+    cfg = TrainConfig(stages=(StageConfig(name="contrastive", kind="contrastive", batch_size=6, max_steps=2, lr=1e-3,
+                                          precision="fp32"),), heldout_pairs=4)
+    out = tmp_path / "run"
+    (first,) = train_flow(str(stage1), str(corpus), cfg, str(out))
+    weights = out / "1-contrastive" / "model.safetensors"
+    assert is_complete_stage(weights.parent)
+    truncate(weights)
+    caplog.set_level("WARNING")
+    assert not is_complete_stage(weights.parent)
+    assert any("model.safetensors does not read" in r.getMessage() and str(weights.parent) in r.getMessage()
+               for r in caplog.records)
+    (again,) = train_flow(str(stage1), str(corpus), cfg, str(out))
+    check_loadable(weights.parent)  # healed: trained again, not read from the cache
+    assert again["steps"] == first["steps"] and again["seconds"] != first["seconds"]
+
+
+def test_a_truncated_or_short_parquet_partition_is_not_current(tmp_path, caplog):
+    layout = DataLayout(tmp_path / "root")
+    out = layout.partition_path("filtered", "part-1")
+    out.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"query": [f"q{i}" for i in range(100)], "document": ["d"] * 100}), out)
+    manifest = Manifest(stage="filter", partition="part-1", source="x", source_md5="m", file_seq=-1, config_hash="c",
+                        code_version="v", status="complete", records_in=100, rows_out=100, kept=100, dropped={},
+                        outputs=[str(out)], started_at="2026-01-01T00:00:00Z")
+    write_manifest(layout, manifest)
+    assert is_current(layout, "filter", "part-1", "m", "c", "v")
+    write_manifest(layout, manifest.model_copy(update={"rows_out": 120}))
+    caplog.set_level("WARNING")
+    assert not is_current(layout, "filter", "part-1", "m", "c", "v")
+    write_manifest(layout, manifest)
+    truncate(out, 0.7)
+    assert not is_current(layout, "filter", "part-1", "m", "c", "v")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("holds 100 rows, its manifest 120" in m for m in messages)
+    assert any(str(out) in m and "is damaged" in m for m in messages)
+
+
+def test_cache_records_go_to_the_data_root_a_path_lies_in(tmp_path):
+    root = tmp_path / "root"
+    (root / "manifests").mkdir(parents=True)
+    assert data_root_of(root / "models" / "1-joint") == root.resolve()
+    assert data_root_of(root) == root.resolve()
+    assert data_root_of(tmp_path / "elsewhere" / "run") is None
