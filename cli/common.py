@@ -107,10 +107,15 @@ def _locked(root: str | Path, wait: float | None):
     return root_lock(root, command, None if wait == math.inf else (wait or 0.0))
 
 
-def _run(flow, *args, writes: str | Path | None = None, wait: float | None = None):
+def _run(flow, *args, writes: str | Path | None = None, wait: float | None = None, output: str | Path | None = None):
     """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the
-    input), holding the writer lock of the data root it ``writes`` (none for a read-only run)."""
+    input), holding the writer lock of the data root it ``writes`` (none for a read-only run);
+    ``output``: a folder it writes outside any data root (named if its disk fills up)."""
     from flows.server import api_ready
+    from storage.space import writing
+
+    if output is not None:
+        writing(output)
 
     with _locked(writes, wait) if writes else contextlib.nullcontext():
         api_ready()

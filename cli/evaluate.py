@@ -115,7 +115,8 @@ def eval_models(
                      prompts=prompts_option(query_prompt, document_prompt), dims=parse_dims(dims))
     try:
         models = {name: _model(path) for name, path in parse_models(model).items()}
-        result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None)
+        result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None,
+                      output=out)
     except EvaluationInputError as exc:
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
@@ -177,7 +178,7 @@ def probe(
     if not word.isalpha():
         raise typer.BadParameter(f"the invented word must be letters only, got {word!r}")
     models = {name: _model(path) for name, path in parse_models(model).items()}
-    result = _run(probe_flow, models, word, _folder(out, "--out"))
+    result = _run(probe_flow, models, word, _folder(out, "--out"), output=out)
     table = Table(title=f"documents naming {result['word']!r}, queries that only describe it")
     for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
         table.add_column(col)
@@ -220,10 +221,10 @@ def history(
         table.add_row(str(at)[:19], run_id, m, t, metric, f"{100 * value:.2f}", fp)
     Console().print(table)
     published = Table(title="Publish decisions (models/current is the newest published row)")
-    for col in ("when (UTC)", "run", "published", "model", "why"):
+    for col in ("when (UTC)", "run", "published", "recipe", "model", "why"):
         published.add_column(col, overflow="fold")
-    for at, run_id, done, forced, candidate, path, message in decisions:
+    for at, run_id, done, forced, candidate, path, message, recipe in decisions:
         published.add_row(str(at)[:19], run_id, ("yes (forced)" if forced else "yes") if done else "no",
-                          path or candidate, message)
+                          recipe or "–", path or candidate, message)
     Console().print(published)
 

@@ -92,7 +92,7 @@ def vocab(
                         model_kind=model_kind, sample_texts=sample_texts)
     _check_sources(corpus, cfg)
     _model(base_model)
-    report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"))
+    report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"), output=out)
     Console().print(vocab_report_markdown(out) or report)
 
 

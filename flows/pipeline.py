@@ -28,7 +28,8 @@ from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
 from tasks.export import export_published
 from tasks.own_pairs import check_enough_pairs
-from tasks.publish import decide_and_publish, published_model
+from tasks.publish import decide_and_publish, pick_recipe, published_model
+from tasks.space import check_disk
 from tasks.report import funnel, run_report, story
 from tasks.tracking import end_run, log_outcome, log_stage, start_run
 
@@ -51,23 +52,42 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     return result
 
 
+def _pairs(cfg: PipelineConfig, data_root: str) -> tuple[list, list]:
+    """(ingest manifests, filter manifests): the run's pairs, ingested and filtered into ``data_root``."""
+    if cfg.islamic is not None:
+        pairs = islamic_pairs_flow(cfg.islamic.quran, cfg.islamic.tafsir,
+                                   cfg.islamic.filter_config(cfg.filter.model), data_root)
+        return [], [pairs["manifest"]]
+    ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
+                ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root))
+    check_enough_pairs(data_root, cfg.pairs.path if cfg.pairs else f"the citations in {data_root}",
+                       max(s.batch_size * s.accumulation for s in cfg.train.stages), cfg.train.heldout_pairs,
+                       cfg.train.validation_pairs)  # before any model is loaded
+    distributed = cfg.dask_address is not None or cfg.workers > 1
+    filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+        data_root, cfg.filter, data_root, concurrency=None if distributed else 1)
+    return ingested, filtered
+
+
+def _candidate(cfg: PipelineConfig, models: dict[str, str], final: str, data_root: str) -> tuple[str, dict | None]:
+    """(the model the gate judges, how it was chosen): with a control, the better of it and the
+    adapted model on the validation pairs (the control unless the adapted model is ahead beyond
+    noise); ``gate.beat_control`` keeps the adapted model, which must then beat the control."""
+    if "control" not in models:
+        return final, None
+    validation = eval_flow({final: models[final], "control": models["control"]},
+                           EvalConfig(tasks=(cfg.validation_spec(data_root),), prompts=cfg.prompts,
+                                      model_kind="sparse" if cfg.model_kind == "sparse" else "auto"),
+                           str(Path(data_root) / "report" / "validation"))
+    recipe = pick_recipe(final, "control", validation["scores"])
+    return (final if cfg.gate.beat_control else recipe["model"]), recipe
+
+
 def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
         root = Path(data_root)
-        if cfg.islamic is not None:
-            pairs = islamic_pairs_flow(cfg.islamic.quran, cfg.islamic.tafsir,
-                                       cfg.islamic.filter_config(cfg.filter.model), data_root)
-            ingested, filtered = [], [pairs["manifest"]]
-        else:
-            ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
-                        ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-                            cfg.ingest, data_root))
-            check_enough_pairs(data_root, cfg.pairs.path if cfg.pairs else f"the citations in {root}",
-                               max(s.batch_size * s.accumulation for s in cfg.train.stages), cfg.train.heldout_pairs,
-                               cfg.train.validation_pairs)  # before any model is loaded
-            distributed = cfg.dask_address is not None or cfg.workers > 1
-            filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-                data_root, cfg.filter, data_root, concurrency=None if distributed else 1)
+        check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
+        ingested, filtered = _pairs(cfg, data_root)
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1)
         if run_id is not None:
@@ -76,7 +96,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         stages = train_flow(stage1, data_root, cfg.train, str(root / "models"), tracking=cfg.tracking,
                             parent_run=run_id)
         control = (train_flow(cfg.base_model, data_root, cfg.train.control(), str(root / "models" / "control"),
-                              tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"] if cfg.control else None)
+                              tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"] if cfg.trains_control else None)
         tasks = cfg.eval_specs(data_root)
         final = stages[-1]["stage"]
         published = published_model(data_root)
@@ -92,10 +112,11 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
             report["scores"] = {m: ss + cut["scores"].get(m, []) for m, ss in report["scores"].items()}
         write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
                           "control" if control else None)
-        decision = decide_and_publish(str(flow_run.id), final, models, report["scores"],
+        candidate, recipe = _candidate(cfg, models, final, data_root)
+        decision = decide_and_publish(str(flow_run.id), candidate, models, report["scores"],
                                       ["base", *(["published"] if published else []),
                                        *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
-                                      cfg.gate.tolerance, data_root, cfg.gate.publish)
+                                      cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
         exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
                                     cfg.train.document_column) if cfg.export else [])
         story_funnel = funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,

@@ -36,6 +36,11 @@ class EvalTaskSpec(Frozen):
     split: str | None = Field(None, description="BEIR qrels split (default: test, or the only one).")
     pool: int = Field(10_000, gt=0, description="heldout: distractor documents from the training pairs.")
     heldout_pairs: int = Field(256, gt=0, description="heldout: pairs held out (must match training).")
+    held: Literal["test", "validation"] = Field(
+        "test", description="heldout: retrieve the test pairs (the lowest heldout_pairs content hashes), or the "
+        "validation pairs (the next validation_pairs) with distractors from the training pairs only, as a training "
+        "stage's validation does.")
+    validation_pairs: int = Field(0, ge=0, description="heldout, held validation: the run's validation_pairs.")
     query_column: str = Field("query", description="heldout: column of a pairs file that holds the queries.")
     document_column: str = Field("document", description="heldout: column of a pairs file that holds the "
                                  "documents.")
@@ -130,10 +135,11 @@ class PipelineConfig(Frozen):
     )
     eval_pool: int = Field(10_000, gt=0, description="Distractor documents of the held-out task.")
     gate: GateConfig = Field(GateConfig(), description="The publish gate.")
-    control: Literal["contrastive"] | None = Field(
-        None, description="contrastive: also train the control a user would otherwise run — plain contrastive "
-        "fine-tuning of the base on the same pairs, hard negatives and number of steps, with no domain vocabulary "
-        "and no MLM — and show the final model against it (report, card, history); see gate.beat_control.")
+    control: Literal["contrastive", "none"] | None = Field(
+        "contrastive", description="contrastive: also train the control a user would otherwise run — plain "
+        "contrastive fine-tuning of the base on the same pairs, hard negatives and number of steps, with no domain "
+        "vocabulary and no MLM — and publish the better of it and the adapted model, chosen on the validation pairs "
+        "(the adapted model only when it is ahead beyond noise; see gate.beat_control); none (or null): no control.")
     export: tuple[Literal["onnx", "onnx-int8", "openvino", "static"], ...] = Field(
         (), description="Fast exports of the published model, written after publish beside models/current "
         "(models/exports/<kind>/, never replacing it), each verified against the PyTorch model (`mosaic export`; "
@@ -148,7 +154,7 @@ class PipelineConfig(Frozen):
     def _consistent(self) -> PipelineConfig:
         if self.islamic is not None and self.pairs is not None:
             raise ValueError("islamic and pairs are two sources: give one (or neither, for PubMed)")
-        if self.gate.beat_control and self.control is None:
+        if self.gate.beat_control and not self.trains_control:
             raise ValueError("gate.beat_control compares with the control run: set control: contrastive")
         kinds = {self.vocab.model_kind, *(s.model_kind for s in self.train.stages)}
         if kinds != {self.model_kind}:
@@ -180,6 +186,19 @@ class PipelineConfig(Frozen):
             description="finding the verses a held-out verse's Tafsir commentary cites, among every verse of the "
             "Qur'an"),)
         return (heldout, *verses, *self.eval_tasks)
+
+    @property
+    def trains_control(self) -> bool:
+        return self.control == "contrastive"
+
+    def validation_spec(self, data_root: str) -> EvalTaskSpec:
+        """The run's validation pairs as a retrieval task (as a training stage scores itself): what
+        the adapted model and the control are chosen on, never the test pairs."""
+        return EvalTaskSpec(kind="heldout", name="validation", path=data_root, held="validation",
+                            heldout_pairs=self.train.heldout_pairs, validation_pairs=self.train.validation_pairs,
+                            pool=max(self.train.validation_pool, 1), query_column=self.train.query_column,
+                            document_column=self.train.document_column,
+                            description="the validation pairs (held out of training, not the test pairs)")
 
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""

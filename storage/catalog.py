@@ -22,15 +22,19 @@ supersedes the baseline record in file 0001, and a later duplicate in the same f
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from storage import schemas
 from storage.layout import DataLayout
+
+log = logging.getLogger(__name__)
 
 _EVAL_COLUMNS = {
     "run_id": "VARCHAR",
@@ -54,6 +58,7 @@ _DECISION_COLUMNS = {
     "previous": "VARCHAR",
     "message": "VARCHAR",
     "scores": "MAP(VARCHAR, DOUBLE)",
+    "recipe": "STRUCT(model VARCHAR, recipe VARCHAR, difference DOUBLE, low DOUBLE, high DOUBLE, message VARCHAR)",
 }
 _MANIFEST_COLUMNS = {
     "stage": "VARCHAR",
@@ -91,6 +96,17 @@ def _file_list(files: Sequence[Path]) -> str:
     """The files as a list literal: each path read as it is, never as a glob pattern (a data
     root whose path holds ``[``, ``*`` or ``?`` would match nothing, or the wrong files)."""
     return "[" + ", ".join(_literal(str(f)) for f in files) + "]"
+
+
+def _whole(path: Path) -> bool:
+    """Whether the Parquet file ``path``'s footer reads; a damaged one is left out of the views
+    with one warning (the step that wrote it makes it again on its next run)."""
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as exc:
+        log.warning("%s is damaged (%s): left out; rerun the step that wrote it to make it again", path, exc)
+        return False
+    return True
 
 
 class Catalog:
@@ -157,7 +173,7 @@ class Catalog:
         )
 
     def _parquet_view(self, view: str, dataset: str, schema: pa.Schema) -> None:
-        files = sorted(self.layout.dataset_dir(dataset).glob("source=*/part.parquet"))
+        files = [f for f in sorted(self.layout.dataset_dir(dataset).glob("source=*/part.parquet")) if _whole(f)]
         if files:
             self.con.execute(
                 f"CREATE OR REPLACE VIEW {view} AS SELECT * EXCLUDE (source) FROM "
@@ -250,10 +266,11 @@ class Catalog:
             """, [last, task, task])
 
     def decisions(self, last: int) -> list[tuple]:
-        """(decided_at, run_id, published, forced, candidate, published_path, message) of the
-        ``last`` publish decisions, newest first."""
+        """(decided_at, run_id, published, forced, candidate, published_path, message, recipe) of
+        the ``last`` publish decisions, newest first (recipe: ``adapted`` or ``control``, None
+        for a run without a control)."""
         return self.rows(
-            "SELECT decided_at, run_id, published, forced, candidate, published_path, message "
+            "SELECT decided_at, run_id, published, forced, candidate, published_path, message, recipe.recipe "
             "FROM publish_decisions ORDER BY decided_at DESC LIMIT ?", [last])
 
     def file_stats(self) -> list[tuple]:

@@ -175,7 +175,7 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0) -
         if held is None:
             held = _HELD[path] = _Held(_acquire(path, command, wait), 0)
             _remove_stale(path)
-            WRITTEN.add(path)
+            WRITTEN[path] = "data root"
         held.depth += 1
     try:
         yield path

@@ -80,7 +80,8 @@ def _load_task(spec: EvalTaskSpec, checksum: str):
     def batches():
         skipped.append({})
         return pair_batches(spec.path, spec.query_column, spec.document_column, skipped[-1])
-    heldout, distractors, n = heldout_split(batches, spec.heldout_pairs, 0 if spec.kind == "verses" else spec.pool)
+    heldout, distractors, n = heldout_split(batches, spec.heldout_pairs, 0 if spec.kind == "verses" else spec.pool,
+                                            spec.validation_pairs, spec.held)
     if sum(skipped[0].values()):
         log.warning("%s: skipped %d rows without a usable %s/%s (%s)", spec.path, sum(skipped[0].values()),
                     spec.query_column, spec.document_column, ", ".join(f"{k} {v}" for k, v in skipped[0].items()))

@@ -9,7 +9,9 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.evaluate.gate import publish_gate
+from mosaic_core.evaluate.gate import choose_recipe, publish_gate
+from mosaic_core.evaluate.report import paired_differences
+from mosaic_core.evaluate.scoring import TaskScore
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.refs import ModelNotFound, check_loadable, resolve_model
 from storage.layout import DataLayout
@@ -41,7 +43,8 @@ def scores_by_model(scores: dict[str, list[dict]]) -> dict[str, dict[str, float]
 def _decision_markdown(record: dict) -> str:
     rows = "\n".join(f"| {c['task']} | {c['reference']} | {100 * c['score']:.2f} | {100 * c['candidate']:.2f} | "
                      f"{100 * c['delta']:+.2f} |" for c in record["check"]["metadata"]["comparisons"])
-    return (f"**{record['message']}**\n\n| task | reference | reference score | candidate | Δ |\n"
+    recipe = f"Recipe: {record['recipe']['message']}.\n\n" if record.get("recipe") else ""
+    return (f"{recipe}**{record['message']}**\n\n| task | reference | reference score | candidate | Δ |\n"
             f"| --- | --- | ---: | ---: | ---: |\n{rows}\n\nCandidate `{record['candidate']}`; "
             + (f"published as `{record['published_path']}`." if record["published"] else
                f"still published: `{record['previous'] or 'nothing yet'}`."))
@@ -56,15 +59,27 @@ def _published_fingerprint(layout: DataLayout, published: Path) -> str | None:
         return None
 
 
+@task(name="choose-recipe", cache_policy=NO_CACHE)
+def pick_recipe(adapted: str, control: str, scores: dict[str, list[dict]], task: str = "validation") -> dict:
+    """The adapted model or the control, whichever the gate is to judge
+    (:func:`~mosaic_core.evaluate.gate.choose_recipe`), from their per-query scores on ``task``."""
+    pair = {m: [TaskScore(**s) for s in scores.get(m, []) if s["task"] == task] for m in (control, adapted)}
+    difference = next(iter(paired_differences(pair, reference=control)), None)
+    choice = choose_recipe(adapted, control, difference).to_dict()
+    log.info("recipe: %s", choice["message"])
+    return choice
+
+
 @task(name="publish-gate", cache_policy=NO_CACHE)
 def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scores: dict[str, list[dict]],
                        references: list[str], gate_tasks: list[str], tolerance_points: float, data_root: str,
-                       publish: bool = True) -> dict:
+                       publish: bool = True, recipe: dict | None = None) -> dict:
     """Run the publish gate on ``candidate`` (a name in ``models``) against ``references``; publish
     it if it passes (and ``publish``); record the decision either way. A failed gate is a WARN
     quality check: the run completes, the previous model stays published. A passed model whose
     published copy does not load (:func:`check_loadable`) is an ERROR: not published, the
-    decision records why, and :class:`PublishError` fails the task."""
+    decision records why, and :class:`PublishError` fails the task. ``recipe``: how the
+    candidate was chosen between the adapted model and the control (:func:`pick_recipe`), recorded."""
     layout = DataLayout(data_root)
     by_model = scores_by_model(scores)
     check = publish_gate(candidate, by_model, [r for r in references if r in by_model], gate_tasks,
@@ -80,7 +95,7 @@ def decide_and_publish(run_id: str, candidate: str, models: dict[str, str], scor
               "previous": str(previous) if previous else None, "published_path": None,
               "message": f"{message} (the same model was already published: kept as it is)" if same else message,
               "scores": by_model.get(candidate, {}), "references": {r: by_model.get(r, {}) for r in references},
-              "check": check.to_dict()}
+              "check": check.to_dict(), **({"recipe": recipe} if recipe is not None else {})}
     if published:
         try:
             record["published_path"] = str(previous if same else publish_model(layout, path, run_id,

@@ -53,3 +53,38 @@ def publish_gate(candidate: str, scores: dict[str, dict[str, float]], references
     return CheckResult("publish-gate", passed, "INFO" if passed else "WARN", message,
                        {"candidate": candidate, "references": references, "tasks": tasks, "tolerance": tolerance,
                         "comparisons": compared})
+
+
+@dataclass
+class RecipeChoice:
+    """Which model a run hands to the gate: the adapted model or the plain fine-tuning control."""
+
+    model: str
+    recipe: Literal["adapted", "control"]
+    difference: float | None
+    """Mean per-query NDCG@10 of the adapted model minus the control's, on the validation pairs."""
+    low: float | None
+    high: float | None
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_recipe(adapted: str, control: str, difference: dict | None) -> RecipeChoice:
+    """The adapted model when it is ahead of the control beyond noise on the validation pairs (the
+    95 % paired interval of ``difference``, :func:`~mosaic_core.evaluate.report.paired_differences`'s
+    record of adapted against control, lies above 0); otherwise the control: a tie goes to the
+    simpler recipe, and a missing comparison too."""
+    if difference is None:
+        return RecipeChoice(control, "control", None, None, None,
+                            f"the control: {adapted} has no validation score to compare (the simpler recipe wins)")
+    d, lo, hi = (100 * difference[k] for k in ("mean", "low", "high"))
+    numbers = (f"{d:+.2f} NDCG@10 points [95 % interval {lo:+.2f}, {hi:+.2f}] on {difference['queries']} "
+               "validation queries")
+    if difference["low"] > 0:
+        return RecipeChoice(adapted, "adapted", difference["mean"], difference["low"], difference["high"],
+                            f"the adapted model: ahead of the control by {numbers}")
+    verdict = "behind" if difference["high"] < 0 else "not ahead beyond noise"
+    return RecipeChoice(control, "control", difference["mean"], difference["low"], difference["high"],
+                        f"the control (plain fine-tuning): the adapted model is {verdict}, {numbers}")

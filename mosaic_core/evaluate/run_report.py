@@ -164,7 +164,8 @@ def _decision(d: dict | None) -> list[str]:
         return []
     where = f"published as `{d['published_path']}`" if d["published"] else \
         f"the previous model stays published (`{d['previous'] or 'none yet'}`)"
-    return [f"**Publish gate:** {d['message']} — {where}.", ""]
+    recipe = [f"**Recipe:** {d['recipe']['message']}; the gate judged it.", ""] if d.get("recipe") else []
+    return [*recipe, f"**Publish gate:** {d['message']} — {where}.", ""]
 
 
 def render(story: RunStory, out_dir: Path) -> dict[str, Path]:

@@ -138,11 +138,15 @@ def _usage(prompts: Prompts) -> list[str]:
 def render(f: CardFacts, usage_path: str | None = None) -> str:
     """The card as Markdown with YAML front matter."""
     usage = usage_path or f.name
+    plain = not f.vocab and f.stages and all(s["config"]["kind"] == "contrastive" for s in f.stages)
     lines = ["---", yaml.safe_dump(_metadata(f), sort_keys=False).rstrip(), "---", "",
-             f"# {f.name}: {f.base_model} adapted to {f.domain}", "",
-             f"A sentence-embedding model made by MOSAIC from `{f.base_model}`: "
-             "its vocabulary extended with the domain's words, then trained on the domain's "
-             "(query, document) pairs (domain-restricted MLM + contrastive, then contrastive).", "",
+             f"# {f.name}: {f.base_model} {'fine-tuned on' if plain else 'adapted to'} {f.domain}", "",
+             f"A sentence-embedding model made by MOSAIC from `{f.base_model}`: " + (
+                 "plain contrastive fine-tuning on the domain's (query, document) pairs, with the base's vocabulary "
+                 "and no MLM — the control a MOSAIC run trains beside the adapted model, and publishes when the "
+                 "adapted model is not ahead of it beyond noise on the validation pairs." if plain else
+                 "its vocabulary extended with the domain's words, then trained on the domain's (query, document) "
+                 "pairs (domain-restricted MLM + contrastive, then contrastive)."), "",
              "## Domain vocabulary", "", *_vocab_section(f.vocab), ""]
     if f.stages:
         lines += ["## Training", "", *_stage_rows(f.stages), "",

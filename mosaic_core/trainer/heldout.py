@@ -175,18 +175,20 @@ def distractor_rows(rows: np.ndarray, documents: np.ndarray, held: np.ndarray, p
     return rows[candidates[first[:pool]]]
 
 
-def heldout_split(batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, pool: int,
-                  ) -> tuple[list[Pair], list[str], int]:
-    """(test pairs, distractor documents, number of pairs) of the table whose record batches
-    (``query`` and ``document`` columns) ``batches()`` streams: :func:`split_heldout`'s test pairs
-    and :func:`retrieval_data`'s distractors, in two passes holding two ``uint64`` per row and the
-    picked texts, never the table."""
+def heldout_split(batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, pool: int, n_validation: int = 0,
+                  held: str = "test") -> tuple[list[Pair], list[str], int]:
+    """(held-out pairs, distractor documents, number of pairs) of the table whose record batches
+    (``query`` and ``document`` columns) ``batches()`` streams, in two passes holding two
+    ``uint64`` per row and the picked texts, never the table. ``held="test"``: :func:`split_heldout`'s
+    test pairs and :func:`retrieval_data`'s distractors; ``"validation"``: the validation pairs
+    of :func:`split_by_hash` (``n_test``, ``n_validation``) over up to ``pool`` training documents,
+    the retrieval a training stage validates on (:func:`split_examples`)."""
     hashes = ContentHashes.of(batches())
-    split = split_by_hash(hashes.pairs, n_test)
-    test = split.test
-    distractors = distractor_rows(split.train, hashes.documents, hashes.documents[test], pool)
-    texts = read_rows(batches(), np.concatenate([test, distractors]))
-    return [texts[r] for r in test], [texts[r][1] for r in distractors], len(hashes.pairs)
+    split = split_by_hash(hashes.pairs, n_test, n_validation)
+    chosen = split.validation if held == "validation" else split.test
+    distractors = distractor_rows(split.train, hashes.documents, hashes.documents[chosen], pool)
+    texts = read_rows(batches(), np.concatenate([chosen, distractors]))
+    return [texts[r] for r in chosen], [texts[r][1] for r in distractors], len(hashes.pairs)
 
 
 def split_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, n_validation: int,

@@ -76,3 +76,20 @@ def test_cache_records_go_to_the_data_root_a_path_lies_in(tmp_path):
     assert data_root_of(root / "models" / "1-joint") == root.resolve()
     assert data_root_of(root) == root.resolve()
     assert data_root_of(tmp_path / "elsewhere" / "run") is None
+
+
+def test_a_read_only_look_at_a_root_leaves_a_damaged_partition_out_with_one_warning(tmp_path, caplog):
+    from storage.catalog import Catalog
+
+    layout = DataLayout(tmp_path / "root")
+    for name, n in (("good", 5), ("bad", 50)):
+        out = layout.partition_path("deletions", name)
+        out.parent.mkdir(parents=True)
+        pq.write_table(pa.table({"pmid": list(range(n)), "file_seq": [1] * n}), out)
+    truncate(layout.partition_path("deletions", "bad"), 0.6)
+    caplog.set_level("WARNING")
+    with Catalog(layout) as cat:
+        cat.refresh()
+        assert cat.rows("SELECT count(*) FROM deletions") == [(5,)]
+    assert [r.getMessage().split(" is damaged")[0] for r in caplog.records if "is damaged" in r.getMessage()] == \
+        [str(layout.partition_path("deletions", "bad"))]

@@ -52,3 +52,34 @@ def test_a_write_that_fails_for_space_removes_its_partial_file(tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="unexpected pos"), replacing(target) as tmp:
         torch.save({"rows": torch.zeros(3)}, tmp)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_whose_models_would_not_fit_is_refused_before_it_starts(tmp_path, monkeypatch):
+    from builders import tiny_bert
+
+    from mosaic_core.config import PipelineConfig
+    from tasks.space import check_disk, disk_need, folder_bytes
+
+    base = tiny_bert(tmp_path / "base")
+    cfg = PipelineConfig(base_model=str(base), vocab={"base_model": str(base)})
+    root = tmp_path / "root"
+    need = disk_need(cfg, str(root))
+    # stage 1, the two stages of the paper preset, the published copy: each about the base's size
+    assert need == int(1.2 * folder_bytes(base) * 4)
+    monkeypatch.setattr(space, "free_bytes", lambda path: (need - 1, 10 * need))
+    with pytest.raises(NoSpace, match=rf"data root {root.resolve()}: no space left on its device \(needs about"):
+        check_disk.fn(cfg, str(root))
+    (root / "models" / "stage1").mkdir(parents=True)
+    (root / "models" / "stage1" / "model.safetensors").write_bytes(b"\0" * folder_bytes(base))
+    assert disk_need(cfg, str(root)) == need - folder_bytes(base)  # a rerun reuses what is there
+    check_disk.fn(cfg, str(root))
+
+
+def test_an_output_folder_outside_any_root_is_named_as_such(tmp_path, monkeypatch):
+    monkeypatch.setattr(space, "WRITTEN", {})
+    monkeypatch.setattr(space, "free_bytes", lambda path: (0, 60 * 2**20))
+    torn = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 51107840 vs 51107728")
+    assert space_problem(torn) is None  # nothing written yet: no folder to name
+    space.writing(tmp_path / "stage1")
+    assert space_problem(torn).startswith(f"output folder {tmp_path / 'stage1'}: no space left on its device")
+    assert "pass an output folder on a larger disk" in space_problem(torn)

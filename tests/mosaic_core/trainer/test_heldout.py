@@ -123,3 +123,18 @@ def test_the_streamed_heldout_task_is_the_one_the_lists_gave(tmp_path):
     assert n == len(pairs) == 298 and test == expected
     assert [c["text"] for c in corpus] == list(dict.fromkeys([*(d for _, d in test), *distractors]))
     assert skipped == {"unusable": 2, "invalid_json": 2}  # two passes, one row and one line each
+
+
+def test_the_validation_task_is_the_retrieval_a_stage_validates_on():
+    """The run chooses between the adapted model and the control on the pairs a stage validates on."""
+    from mosaic_core.trainer.heldout import heldout_split
+
+    rng = random.Random(5)
+    docs = [f"document {i} on " + " ".join(rng.choices(["renal", "cell", "dose"], k=4)) for i in range(120)]
+    pairs = [(f"query {i}", rng.choice(docs)) for i in range(400)]
+    data = PairSet.of(pairs)
+    _, probe = split_examples(data, data.table.to_batches, 30, 20, 50)
+    held, distractors, n = heldout_split(data.table.to_batches, 30, 50, 20, "validation")
+    assert n == 400 and RetrievalProbe.with_distractors(held, distractors) == probe
+    test, _, _ = heldout_split(data.table.to_batches, 30, 50)
+    assert not set(test) & set(held)  # the test pairs are never the validation pairs
