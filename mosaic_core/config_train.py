@@ -124,7 +124,7 @@ class StageConfig(Frozen):
     )
     activation_gib: float | None = Field(
         None, gt=0.0, description="GiB of activations one forward pass may keep before the batch is chunked "
-        "(None: 1 on a CPU, 80 % of the free memory on a GPU). The loss is the same either way.")
+        "(None: 0.75 on a CPU, 80 % of the free memory on a GPU). The loss is the same either way.")
     accumulation: int = Field(1, ge=1, description="Batches per optimizer step.")
     warmup_ratio: float = Field(0.06, ge=0.0, lt=1.0, description="Share of the steps over which the learning "
                                 "rate rises linearly to lr.")

@@ -35,8 +35,8 @@ def test_batch_over_budget_is_chunked_to_fit():
     pair = sequence_bytes(MINILM, 64) + sequence_bytes(MINILM, 256)
     chunk = choose_chunk(stage(activation_gib=1.0), MINILM, LENGTHS, 32, CPU)
     assert chunk < 32 and chunk * pair <= 2**30 < (chunk + 1) * pair
-    # the CPU default is the same 1 GiB budget
-    assert choose_chunk(stage(), MINILM, LENGTHS, 32, CPU) == chunk
+    # the CPU default budget, 0.75 GiB: chunks of 8 MiniLM pairs
+    assert choose_chunk(stage(), MINILM, LENGTHS, 32, CPU) == 8
     # hard negatives do not shrink the chunk of pairs: they are passed apart, as many at a time
     assert choose_chunk(stage(activation_gib=1.0, hard_negatives=1), MINILM, LENGTHS, 32, CPU) == chunk
     # a budget below one pair still trains, one pair a pass
