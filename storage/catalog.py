@@ -22,6 +22,7 @@ supersedes the baseline record in file 0001, and a later duplicate in the same f
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Sequence
@@ -109,6 +110,16 @@ def _whole(path: Path) -> bool:
     return True
 
 
+def _whole_json(path: Path) -> bool:
+    """Whether the record ``path`` parses; a damaged one is left out of the views with one warning."""
+    try:
+        json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        log.warning("%s is damaged (%s): left out of the catalog", path, exc)
+        return False
+    return True
+
+
 class Catalog:
     """``Catalog(layout)``: open (read-only by default) the DuckDB catalog of a data root."""
 
@@ -190,7 +201,7 @@ class Catalog:
 
     def _json_view(self, view: str, directory: Path, column_types: dict[str, str]) -> None:
         columns = "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in column_types.items()) + "}"
-        files = sorted(directory.glob("*.json"))
+        files = [f for f in sorted(directory.glob("*.json")) if _whole_json(f)]
         if files:
             source = f"read_json({_file_list(files)}, columns = {columns})"
         else:

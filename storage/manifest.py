@@ -75,10 +75,11 @@ def is_current(
 
 
 def outputs_whole(m: Manifest) -> bool:
-    """Whether every output of ``m`` is there and whole: a Parquet output's footer reads and
-    holds the ``rows_out`` rows the manifest counted. A damaged one is named in one warning (the
-    caller then makes the partition again)."""
-    for output in map(Path, m.outputs):
+    """Whether every output of ``m`` is there and whole: a Parquet output's footer reads, and the
+    first output (the partition itself; ingest's second is its deletions) holds the ``rows_out``
+    rows the manifest counted. A damaged one is named in one warning (the caller then makes the
+    partition again)."""
+    for i, output in enumerate(map(Path, m.outputs)):
         if not output.exists():
             return False
         if output.suffix != ".parquet":
@@ -88,7 +89,7 @@ def outputs_whole(m: Manifest) -> bool:
         except (OSError, pa.ArrowException) as exc:
             log.warning("%s is damaged (%s): partition %s of %s is made again", output, exc, m.partition, m.stage)
             return False
-        if rows != m.rows_out:
+        if i == 0 and rows != m.rows_out:
             log.warning("%s holds %d rows, its manifest %d: partition %s of %s is made again", output, rows,
                         m.rows_out, m.partition, m.stage)
             return False

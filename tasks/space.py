@@ -30,7 +30,7 @@ def folder_bytes(folder: Path) -> int:
 
 def models_written(cfg: PipelineConfig) -> int:
     """Model folders a run writes: stage 1, each stage, the control's stages, the published copy."""
-    control = len(cfg.train.control().stages) if cfg.control else 0
+    control = len(cfg.train.control().stages) if cfg.trains_control else 0
     return 1 + len(cfg.train.stages) + control + 1
 
 

@@ -78,7 +78,8 @@ def choose_recipe(adapted: str, control: str, difference: dict | None) -> Recipe
     simpler recipe, and a missing comparison too."""
     if difference is None:
         return RecipeChoice(control, "control", None, None, None,
-                            f"the control: {adapted} has no validation score to compare (the simpler recipe wins)")
+                            f"the control: {adapted} has no validation score to compare with it (the simpler recipe "
+                            "wins; train.validation_pairs > 0 lets the adapted model compete)")
     d, lo, hi = (100 * difference[k] for k in ("mean", "low", "high"))
     numbers = (f"{d:+.2f} NDCG@10 points [95 % interval {lo:+.2f}, {hi:+.2f}] on {difference['queries']} "
                "validation queries")

@@ -47,6 +47,8 @@ def test_the_presets_train_the_budget_curve_s_recommendation_unless_passes_are_a
 
 
 def test_beating_the_control_needs_a_control():
-    with pytest.raises(ValidationError, match="set control: contrastive"):
-        PipelineConfig.load({"gate": {"beat_control": True}})
-    assert PipelineConfig.load({"control": "contrastive", "gate": {"beat_control": True}}).control == "contrastive"
+    for off in ("none", None):
+        with pytest.raises(ValidationError, match="set control: contrastive"):
+            PipelineConfig.load({"control": off, "gate": {"beat_control": True}})
+        assert not PipelineConfig.load({"control": off}).trains_control
+    assert PipelineConfig.load({"gate": {"beat_control": True}}).control == "contrastive"  # the default

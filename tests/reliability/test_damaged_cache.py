@@ -93,3 +93,19 @@ def test_a_read_only_look_at_a_root_leaves_a_damaged_partition_out_with_one_warn
         assert cat.rows("SELECT count(*) FROM deletions") == [(5,)]
     assert [r.getMessage().split(" is damaged")[0] for r in caplog.records if "is damaged" in r.getMessage()] == \
         [str(layout.partition_path("deletions", "bad"))]
+
+
+def test_a_damaged_decision_record_is_left_out_of_mosaic_history(tmp_path, caplog):
+    from storage.catalog import Catalog
+
+    layout = DataLayout(tmp_path / "root")
+    layout.decisions_dir.mkdir(parents=True)
+    (layout.decisions_dir / "r1.json").write_text(json.dumps(
+        {"run_id": "r1", "decided_at": "2026-11-26T10:00:00Z", "candidate": "m", "published": False,
+         "forced": False, "message": "not published"}))
+    (layout.decisions_dir / "r2.json").write_text('{"run_id": "r2", "decided_at": "2026-11-26T11:0')
+    caplog.set_level("WARNING")
+    with Catalog(layout) as cat:
+        cat.refresh()
+        assert [r[1] for r in cat.decisions(10)] == ["r1"]
+    assert any("r2.json is damaged" in r.getMessage() for r in caplog.records)
