@@ -22,6 +22,15 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 
+
+def out_console() -> Console:
+    """The console a command prints its results to: Rich's own on a terminal; in a file or a CI
+    log, lines never wrap (a table keeps its natural width, a path stays on one line, so both
+    read and copy as they are)."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)
+
 DataRoot = Annotated[
     Path,
     typer.Option(

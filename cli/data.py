@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _model, _run, app, console
+from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _model, _run, app, console, out_console
 from flows.runners import task_runner
 from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, PairConfig
 from mosaic_core.modeling.refs import OFFLINE_MODEL
@@ -101,7 +100,7 @@ def _print_stats(data_root: Path) -> None:
     from storage.catalog import Catalog
     from storage.layout import DataLayout
 
-    out = Console()
+    out = out_console()
     with Catalog(DataLayout(data_root)) as cat:
         cat.refresh()
         files = Table(title="Ingested files")
@@ -172,7 +171,7 @@ def filter_pairs(
     _model(model)
     root = _folder(data_root)
     manifests = _run(filter_flow, input, cfg, root, writes=root, wait=wait)
-    Console().print(score_report.fn(root))
+    out_console().print(score_report.fn(root))
     table = Table(title=f"{cfg.mode} filter")
     for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
         table.add_column(col)
@@ -180,7 +179,7 @@ def filter_pairs(
         bad = sum(v for key, v in m.dropped.items() if key not in ("inconsistent", "below_threshold"))
         table.add_row(m.partition, str(m.rows_out), str(m.kept), f"{100 * m.kept / max(m.rows_out, 1):.1f}",
                       str(bad))
-    Console().print(table)
+    out_console().print(table)
 
 
 pairs_app = typer.Typer(help="Build candidate pairs for domains without PubMed-style metadata.",
@@ -209,7 +208,7 @@ def pairs_islamic(
     root = _folder(data_root)
     result = _run(islamic_pairs_flow, str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
     stats, manifest = result["stats"], result["manifest"]
-    out = Console()
+    out = out_console()
     out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "
               f"({stats['invalid_references']} to verses that do not exist: {stats['invalid_examples'][:3]}); "
               f"self-links {stats['self_links']}; duplicates {stats['duplicates']}; "

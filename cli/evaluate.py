@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from cli.common import (DEFAULT_ROOT, DataRoot, DocumentPrompt, QueryPrompt, _folder, _model, _run, app, console,
-                        prompts_option)
+                        prompts_option, out_console)
 from mosaic_core.config_base import file_name
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
@@ -120,8 +119,9 @@ def eval_models(
     except EvaluationInputError as exc:
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
-    Console().print(Path(result["report"]["markdown"]).read_text().split("![")[0])
-    Console().print(f"[green]report:[/green] {result['report']['html']}")
+    out_console().print(Path(result["report"]["markdown"]).read_text().split("![")[0].rstrip()
+                        .removesuffix("## Charts"))
+    out_console().print(f"[green]report:[/green] {result['report']['html']}")
 
 
 @app.command()
@@ -186,7 +186,7 @@ def probe(
         s = score["scores"]
         table.add_row(name, f"{score['value']:.3f}", f"{s.get('recall_at_5', float('nan')):.3f}",
                       f"{s.get('mrr_at_10', float('nan')):.3f}")
-    Console().print(table)
+    out_console().print(table)
     if result["activation"]:
         weights = Table(title=f"sparse models: weight of {result['word']!r} in the representations (share firing)")
         for col in ("model", "documents naming it", "queries describing it"):
@@ -194,8 +194,8 @@ def probe(
         for name, a in result["activation"].items():
             weights.add_row(name, *(f"{a[k]['mean_weight']:.3f} ({a[k]['fires']:.0%})"
                                     for k in ("naming", "describing")))
-        Console().print(weights)
-    Console().print(f"adaptation corpus: {result['adaptation_pairs']}; report: {result['report']['html']}")
+        out_console().print(weights)
+    out_console().print(f"adaptation corpus: {result['adaptation_pairs']}; report: {result['report']['html']}")
 
 
 @app.command()
@@ -219,12 +219,12 @@ def history(
         table.add_column(col)
     for at, run_id, m, t, metric, value, fp in rows:
         table.add_row(str(at)[:19], run_id, m, t, metric, f"{100 * value:.2f}", fp)
-    Console().print(table)
+    out_console().print(table)
     published = Table(title="Publish decisions (models/current is the newest published row)")
     for col in ("when (UTC)", "run", "published", "recipe", "model", "why"):
         published.add_column(col, overflow="fold")
     for at, run_id, done, forced, candidate, path, message, recipe in decisions:
         published.add_row(str(at)[:19], run_id, ("yes (forced)" if forced else "yes") if done else "no",
                           recipe or "–", path or candidate, message)
-    Console().print(published)
+    out_console().print(published)
 

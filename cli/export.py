@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from cli.common import _folder, _model, app, console
+from cli.common import _folder, _model, app, console, out_console
 
 
 class Kind(str, enum.Enum):
@@ -63,7 +62,7 @@ def export(
     agreement = (f"cosine to PyTorch {m['cosine_mean']:.4f} (min {m['cosine_min']:.4f})" if "cosine_mean" in m
                  else f"{m['domain_words_whole']} domain words whole, {m['vocabulary']:,} tokens, {m['dims']} dims")
     ndcg = f"; NDCG@10 {m['ndcg10']:.2f} (PyTorch {m['ndcg10_torch']:.2f})" if "ndcg10" in m else ""
-    Console().print(f"exported {model} as {to.value} to {result.out_dir} ({result.size_bytes / 2**20:.1f} MiB): "
+    out_console().print(f"exported {model} as {to.value} to {result.out_dir} ({result.size_bytes / 2**20:.1f} MiB): "
                     f"{agreement}{ndcg}; {m['speedup']:.2f}x PyTorch's speed on this machine", markup=False)
 
 

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wait, _folder, _model, _run, app,
-                        console, prompts_option)
+                        console, prompts_option, out_console)
 from cli.data import _print_stats
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
@@ -148,11 +147,11 @@ def run(
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
                       "Fix the files named above and run the same command again.")
         raise typer.Exit(1) from exc
-    out = Console()
+    out = out_console()
     out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
               f"stage 1 added {result['vocab']['tokens_added']} tokens")
     _print_stages(result["stages"], paths=False)
-    out.print(Path(result["report"]["markdown"]).read_text().split("![")[0])
+    out.print(Path(result["report"]["markdown"]).read_text().split("![")[0].rstrip().removesuffix("## Charts"))
     out.print(f"[green]adapted model:[/green] {result['final_model']}")
     decision = result["decision"]
     out.print(f"[{'green' if decision['published'] else 'yellow'}]{decision['message']}[/]")

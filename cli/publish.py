@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _locked, app, console
+from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _locked, app, console, out_console
 
 
 @app.command()
@@ -33,6 +32,6 @@ def publish(
     except PublishError as exc:
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
-    Console().print(f"published {record['candidate']} as {record['published_path']} "
+    out_console().print(f"published {record['candidate']} as {record['published_path']} "
                     f"(previous: {record['previous'] or 'none'})")
 

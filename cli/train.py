@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from cli.common import DocumentPrompt, QueryPrompt, Wait, _folder, _model, _run, app, prompts_option
+from cli.common import DocumentPrompt, QueryPrompt, Wait, _folder, _model, _run, app, prompts_option, out_console
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from mosaic_core.config import TrainConfig
 
@@ -48,7 +47,7 @@ def train(
     pairs: Annotated[str, typer.Option(help="Training pairs: a MOSAIC data root (its filtered pairs), a "
                                        "pairs file (.jsonl/.parquet/.csv), or an examples file a run wrote "
                                        "(.arrow, e.g. OUT/hard_negatives-<stage>.arrow).")],
-    out: Annotated[Path, typer.Option(help="Output root; stage i writes OUT/<i>-<name>.")],
+    out: Annotated[Path, typer.Option(help="Output root; stage N (from 1) writes OUT/N-NAME, NAME the stage's name.")],
     preset: Annotated[str, typer.Option(help="Stage list: paper (joint, contrastive), warmup (mlm, joint, "
                                         "contrastive), alpha-0.1..0.5, all-token, mask-0.3, reversed, "
                                         "contrastive-only, multistage (general contrastive, then joint "
@@ -97,7 +96,7 @@ def train(
     tracking = mlflow_tracking(mlflow_uri)
     results = _run(train_flow, _model(model), pairs, cfg, out_root, processes, tracking, writes=out_root, wait=wait)
     _print_stages(results)
-    print_tracking(Console(), Path(out_root), tracking)
+    print_tracking(out_console(), Path(out_root), tracking)
 
 
 def _print_stages(results: list[dict], paths: bool = True) -> None:
@@ -111,4 +110,4 @@ def _print_stages(results: list[dict], paths: bool = True) -> None:
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(*("–" if v is None else str(v) for v in row.values()))
-    Console().print(table)
+    out_console().print(table)

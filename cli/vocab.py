@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from cli.common import _folder, _model, _run, app
+from cli.common import _folder, _model, _run, app, out_console
 from mosaic_core.config import DistillConfig, VocabConfig
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
@@ -93,7 +92,7 @@ def vocab(
     _check_sources(corpus, cfg)
     _model(base_model)
     report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"), output=out)
-    Console().print(vocab_report_markdown(out) or report)
+    out_console().print(vocab_report_markdown(out) or report)
 
 
 def _check_sources(corpus: str, cfg: VocabConfig) -> None:

@@ -36,6 +36,15 @@ class _WithoutTraceback(logging.Formatter):
             record.exc_info, record.exc_text, record.stack_info = saved
 
 
+class _NoDeadLinks(logging.Filter):
+    """Leaves out Prefect's "View at http://…/runs/…" lines: they point at the temporary server
+    a command starts, which is gone when the command ends (``mosaic serve``, or a
+    ``PREFECT_API_URL`` of your own, keeps runs to look at)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("View at http://127.0.0.1:")
+
+
 def _log_dir() -> Path:
     from prefect.settings import PREFECT_HOME
 
@@ -63,11 +72,16 @@ def full_log(command: str, tracebacks_on_console: bool) -> Iterator[Path]:
     if not tracebacks_on_console:
         for h in consoles:
             h.setFormatter(_WithoutTraceback(h.formatter))
+    dead_links = _NoDeadLinks()
+    if not os.environ.get("PREFECT_API_URL"):  # the command's API is a temporary server
+        for h in consoles:
+            h.addFilter(dead_links)
     try:
         yield path
     finally:
         for h, formatter in zip(consoles, formatters, strict=True):
             h.setFormatter(formatter)
+            h.removeFilter(dead_links)
         root.removeHandler(handler)
         handler.close()
         for old in sorted(directory.glob("*.log"))[:-KEEP]:

@@ -272,7 +272,7 @@ class TrainConfig(Frozen):
     """A training run: stages in order, each starting from the previous stage's model."""
 
     stages: tuple[StageConfig, ...] = Field(
-        PRESETS["paper"], min_length=1, description="The training stages in order (default: the paper preset, "
+        PRESETS["paper"], description="The training stages in order, at least one (default: the paper preset, "
         "joint then contrastive, each 80 steps of 32 pairs with one hard negative: the budget curve's "
         "recommendation, docs/benchmarks.md).")
     heldout_pairs: int = Field(
@@ -288,6 +288,15 @@ class TrainConfig(Frozen):
         "on the validation pairs. Empty: no merge step.")
     query_column: str = Field("query", description="Column of a pairs file that holds the queries.")
     document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
+
+    @field_validator("stages")
+    @classmethod
+    def _some_stages(cls, stages: tuple[StageConfig, ...]) -> tuple[StageConfig, ...]:
+        # checked after the stages validate (a Field min_length would also count a stage that failed,
+        # and add a second, spurious error to the real one)
+        if not stages:
+            raise ValueError("at least one stage")
+        return stages
 
     @model_validator(mode="after")
     def _unique_names(self) -> TrainConfig:

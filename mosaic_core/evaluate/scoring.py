@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,8 +207,10 @@ def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind
     n = len(data) if task.metadata.type == "STS" and data is not None else 0
     qrels = data.get("relevant_docs") if task.metadata.type == "Retrieval" and data is not None else None
     qrels = {q: dict(d) for q, d in qrels.items()} if qrels is not None else None  # mteb unloads data after use
-    result = mteb.evaluate(model, [task], cache=None, prediction_folder=work_dir, show_progress_bar=False,
-                           encode_kwargs={"batch_size": batch_size})
+    with warnings.catch_warnings():  # mteb 2 calls a method sentence-transformers 6 renamed: not the user's to fix
+        warnings.filterwarnings("ignore", message=".*get_sentence_embedding_dimension", category=FutureWarning)
+        result = mteb.evaluate(model, [task], cache=None, prediction_folder=work_dir, show_progress_bar=False,
+                               encode_kwargs={"batch_size": batch_size})
     (task_result,) = result.task_results
     split = "test" if "test" in task_result.scores else next(iter(task_result.scores))
     main = task_result.scores[split][0]

@@ -39,3 +39,18 @@ def test_package_info_records_reach_the_console_and_the_run_logs(tmp_path):
     out = done.stdout + done.stderr
     assert "INFO    | mosaic_core.train - stage x step 10/20: loss 1.0" in out
     assert "API: [('mosaic_core.train', 'stage x step 10/20: loss 1.0')]" in done.stdout
+
+
+def test_links_to_the_temporary_server_are_left_out_of_the_console(tmp_path, monkeypatch, capsys):
+    import logging
+
+    from flows.console import full_log
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with full_log("run", tracebacks_on_console=False) as path:
+        logging.getLogger("prefect.flow_runs").info("View at http://127.0.0.1:44577/runs/flow-run/fe5ed9b6")
+        logging.getLogger("prefect.flow_runs").info("Beginning flow run 'x' for flow 'train'")
+    err = capsys.readouterr().err
+    assert "Beginning flow run" in err and "View at" not in err
+    assert "View at http://127.0.0.1:44577" in path.read_text()  # the full log keeps it

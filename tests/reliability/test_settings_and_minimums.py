@@ -58,3 +58,13 @@ def test_one_pair_or_one_pair_repeated_is_refused_up_front(tmp_path):
         own_pairs_flow(OwnPairsConfig(path=str(source), keep_languages=None), str(root))
         with pytest.raises(CorpusError, match=expected):
             check_enough_pairs(str(root), str(source), 32, 256, 256)
+
+
+def test_a_bad_stage_setting_is_one_error_not_two():
+    from mosaic_core.config import PipelineConfig
+
+    with pytest.raises(ValidationError) as err:
+        PipelineConfig.load({"train": {"stages": [{"name": "x", "kind": "contrastive", "batch_size": -1}]}})
+    assert err.value.error_count() == 1 and "batch_size" in str(err.value)
+    with pytest.raises(ValidationError, match="at least one stage"):
+        PipelineConfig.load({"train": {"stages": []}})
