@@ -75,14 +75,12 @@ def _candidate(cfg: PipelineConfig, models: dict[str, str], final: str, data_roo
     noise); ``gate.beat_control`` keeps the adapted model, which must then beat the control."""
     if "control" not in models:
         return final, None
-    if not cfg.train.validation_pairs:  # nothing to tell them apart on: the simpler recipe
-        recipe = pick_recipe(final, "control", {})
-        return (final if cfg.gate.beat_control else recipe["model"]), recipe
-    validation = eval_flow({final: models[final], "control": models["control"]},
-                           EvalConfig(tasks=(cfg.validation_spec(data_root),), prompts=cfg.prompts,
-                                      model_kind="sparse" if cfg.model_kind == "sparse" else "auto"),
-                           str(Path(data_root) / "report" / "validation"))
-    recipe = pick_recipe(final, "control", validation["scores"])
+    scores = {} if not cfg.train.validation_pairs else eval_flow(  # none: nothing to tell them apart on
+        {final: models[final], "control": models["control"]},
+        EvalConfig(tasks=(cfg.validation_spec(data_root),), prompts=cfg.prompts,
+                   model_kind="sparse" if cfg.model_kind == "sparse" else "auto"),
+        str(Path(data_root) / "report" / "validation"))["scores"]
+    recipe = pick_recipe(final, "control", scores)
     return (final if cfg.gate.beat_control else recipe["model"]), recipe
 
 

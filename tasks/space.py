@@ -23,9 +23,12 @@ MARGIN = 1.2
 """The estimate's headroom: tokenizers, cards, reports, logs, a checkpoint's temporary copy."""
 
 
-def folder_bytes(folder: Path) -> int:
-    """Bytes of the files under ``folder`` (a linked file counted as its target: a hub cache's snapshot)."""
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+def folder_bytes(folder: Path, skip: str | None = None) -> int:
+    """Bytes of the files under ``folder`` (a linked file counted as its target: a hub cache's
+    snapshot), leaving out those whose name matches the glob ``skip``."""
+    if not folder.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not (skip and p.match(skip)))
 
 
 def models_written(cfg: PipelineConfig) -> int:
@@ -41,7 +44,7 @@ def disk_need(cfg: PipelineConfig, data_root: str) -> int | None:
     except (ModelNotFound, OSError, ValueError):
         return None
     weights = folder_bytes(base)
-    have = folder_bytes(DataLayout(data_root).models_dir)
+    have = folder_bytes(DataLayout(data_root).models_dir, skip="*.arrow")  # models, not the examples files
     return max(0, int(MARGIN * weights * models_written(cfg)) - have)
 
 

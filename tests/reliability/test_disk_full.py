@@ -73,6 +73,9 @@ def test_a_run_whose_models_would_not_fit_is_refused_before_it_starts(tmp_path, 
     (root / "models" / "stage1").mkdir(parents=True)
     (root / "models" / "stage1" / "model.safetensors").write_bytes(b"\0" * folder_bytes(base))
     assert disk_need(cfg, str(root)) == need - folder_bytes(base)  # a rerun reuses what is there
+    (root / "models" / "examples").mkdir()
+    (root / "models" / "examples" / "pairs-1.arrow").write_bytes(b"\0" * need)  # data, not a model
+    assert disk_need(cfg, str(root)) == need - folder_bytes(base)
     check_disk.fn(cfg, str(root))
 
 
