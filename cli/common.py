@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -20,7 +21,8 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="markdown",  # docstring paragraphs reflow to the terminal
 )
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+"""Errors and progress, on stderr: in a file or a CI log an error's path stays on one line."""
 
 
 def out_console() -> Console:
@@ -88,21 +90,26 @@ def _model(name: str) -> str:
     return name
 
 
-def input_errors() -> tuple[type[Exception], ...]:
-    """Errors that mean "the input is wrong": shown as one line that says what to do."""
-    from pydantic import ValidationError
+INPUT_ERRORS = ("pydantic:ValidationError", "flows.runners:SchedulerUnreachable",
+                "mosaic_core.evaluate.scoring:TaskUnavailable", "mosaic_core.modeling.refs:ModelNotFound",
+                "mosaic_core.trainer.build:StageInputError", "mosaic_core.vocab.tokenizers:UnsupportedTokenizer",
+                "storage.benchmarks:BenchmarkError", "storage.pairs_io:CorpusError", "storage.published:PublishError")
+"""Errors that mean "the input is wrong", besides :class:`InputProblem` and a missing file or
+folder: shown as one line that says what to do."""
 
-    from flows.runners import SchedulerUnreachable
-    from mosaic_core.evaluate.scoring import TaskUnavailable
-    from mosaic_core.modeling.refs import ModelNotFound
-    from mosaic_core.trainer import StageInputError
-    from mosaic_core.vocab.tokenizers import UnsupportedTokenizer
-    from storage.benchmarks import BenchmarkError
-    from storage.pairs_io import CorpusError
-    from storage.published import PublishError
 
-    return (InputProblem, SchedulerUnreachable, CorpusError, ModelNotFound, StageInputError, BenchmarkError,
-            TaskUnavailable, PublishError, ValidationError, UnsupportedTokenizer, FileNotFoundError, NotADirectoryError)
+def raised(exc: BaseException, error: str) -> bool:
+    """Whether ``exc`` is an ``error`` (``"module:Name"``). Read from the modules already
+    imported (one not imported raised nothing), so that checking an error imports nothing."""
+    import sys
+
+    module, name = error.split(":")
+    return module in sys.modules and isinstance(exc, getattr(sys.modules[module], name))
+
+
+def is_input_error(exc: BaseException) -> bool:
+    return isinstance(exc, (InputProblem, FileNotFoundError, NotADirectoryError)) or any(
+        raised(exc, error) for error in INPUT_ERRORS)
 
 
 def _locked(root: str | Path, wait: float | None):
@@ -116,19 +123,28 @@ def _locked(root: str | Path, wait: float | None):
     return root_lock(root, command, None if wait == math.inf else (wait or 0.0))
 
 
-def _run(flow, *args, writes: str | Path | None = None, wait: float | None = None, output: str | Path | None = None):
-    """Run ``flow`` once its Prefect API answers (the arguments, evaluated before, checked the
-    input), holding the writer lock of the data root it ``writes`` (none for a read-only run);
-    ``output``: a folder it writes outside any data root (named if its disk fills up)."""
-    from flows.server import api_ready
+def _run(flow: str, *args, writes: str | Path | None = None, wait: float | None = None,
+         output: str | Path | None = None, options: dict | None = None):
+    """Run the flow ``flow`` (``"module:name"``, imported here: the arguments, evaluated before,
+    checked the input without Prefect or torch), holding the writer lock of the data root it
+    ``writes`` (none for a read-only run); ``output``: a folder it writes outside any data root
+    (named if its disk fills up); ``options``: the flow's ``with_options``. The command's
+    temporary Prefect server starts once the lock is held; its start overlaps the flow's imports."""
+    import importlib
+
+    from flows.server import api_ready, start_api
     from storage.space import writing
 
     if output is not None:
         writing(output)
 
     with _locked(writes, wait) if writes else contextlib.nullcontext():
+        start_api()
+        module, name = flow.split(":")
+        run = getattr(importlib.import_module(module), name)
+        run = run.with_options(**options) if options else run
         api_ready()
-        return flow(*args)
+        return run(*args)
 
 
 FLOW_COMMANDS = {"ingest", "filter", "pairs", "vocab", "train", "eval", "probe", "run"}
@@ -167,7 +183,7 @@ def main() -> None:
     try:
         with log as log_path, command_api() if runs_flows else contextlib.nullcontext():
             app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
-    except SystemExit:  # --help, usage errors, typer.Exit: before input_errors(), which imports torch
+    except SystemExit:  # --help, usage errors, typer.Exit
         raise
     except RootBusy as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
@@ -175,13 +191,14 @@ def main() -> None:
     except NoSpace as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(4)
-    except input_errors() as exc:
-        if debug:
-            raise
-        console.print(f"[red]error:[/red] {escape(str(exc))}\n"
-                      "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
-        sys.exit(2)
-    except Exception as exc:  # a failure inside a flow: its message, and where the traceback is
+    except Exception as exc:
+        if is_input_error(exc):
+            if debug:
+                raise
+            console.print(f"[red]error:[/red] {escape(str(exc))}\n"
+                          "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
+            sys.exit(2)
+        # a failure inside a flow: its message, and where the traceback is
         if (full := space_problem(exc)) is not None and not debug:  # a full disk, whatever the writer said
             where = f"\n[dim]full log: {log_path}[/dim]" if log_path else ""
             console.print(f"[red]error:[/red] {escape(full)}{where}")

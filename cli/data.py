@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _model, _run, app, console, out_console
+from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _model, _run, app, console, out_console, raised
 from flows.runners import task_runner
 from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, PairConfig
 from mosaic_core.modeling.refs import OFFLINE_MODEL
@@ -72,13 +72,13 @@ def ingest(
 
 
 def _run_ingest(cfg: IngestConfig, data_root: Path, workers: int, dask_address: str | None, wait: float | None):
-    from flows.ingest import IngestFailed, ingest_flow
-
     root = _folder(data_root)
-    flow = ingest_flow.with_options(task_runner=task_runner(workers, dask_address))
     try:
-        _run(flow, cfg, root, writes=root, wait=wait)
-    except IngestFailed as exc:
+        _run("flows.ingest:ingest_flow", cfg, root, writes=root, wait=wait,
+             options={"task_runner": task_runner(workers, dask_address)})
+    except Exception as exc:
+        if not raised(exc, "flows.ingest:IngestFailed"):
+            raise
         _print_stats(Path(root))
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}")
         console.print("Fix or re-fetch the files named above and run the same command again: "
@@ -157,9 +157,7 @@ def filter_pairs(
     Embeddings are cached per partition, so a new k or threshold re-filters without re-encoding.
     Results: the `filtered` dataset and `training_pairs` view of the data root's catalog.
     """
-    from flows.filter import filter_flow
     from storage.pairs_io import check_pairs_source
-    from tasks.filter import score_report
 
     try:
         cfg = FilterConfig(model=model, mode="threshold" if threshold is not None else "consistency", k=k,
@@ -170,7 +168,9 @@ def filter_pairs(
     check_pairs_source(input, (query_column, document_column), "--input")
     _model(model)
     root = _folder(data_root)
-    manifests = _run(filter_flow, input, cfg, root, writes=root, wait=wait)
+    manifests = _run("flows.filter:filter_flow", input, cfg, root, writes=root, wait=wait)
+    from tasks.filter import score_report  # imported by the flow
+
     out_console().print(score_report.fn(root))
     table = Table(title=f"{cfg.mode} filter")
     for col in ("partition", "pairs", "kept", "kept %", "bad rows"):
@@ -202,11 +202,9 @@ def pairs_islamic(
 
     Writes DATA_ROOT/islamic_candidates.jsonl, then filters it like `mosaic filter --threshold`.
     """
-    from flows.corpora import islamic_pairs_flow
-
     cfg = IslamicConfig(quran=str(quran), tafsir=str(tafsir), threshold=threshold).filter_config(_model(model))
     root = _folder(data_root)
-    result = _run(islamic_pairs_flow, str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
+    result = _run("flows.corpora:islamic_pairs_flow", str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
     stats, manifest = result["stats"], result["manifest"]
     out = out_console()
     out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from cli.common import (DEFAULT_ROOT, DataRoot, DocumentPrompt, QueryPrompt, _folder, _model, _run, app, console,
-                        prompts_option, out_console)
+                        out_console, prompts_option, raised)
 from mosaic_core.config_base import file_name
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
@@ -89,7 +89,6 @@ def eval_models(
 
     Queries and documents get the prompts each model declares (a MOSAIC model declares those it
     was trained with), or --query-prompt/--document-prompt for every model."""
-    from flows.evaluate import EvaluationInputError, eval_flow
     from mosaic_core.config import EvalConfig, EvalTaskSpec
     from mosaic_core.evaluate.scoring import MEDICAL_TASKS
 
@@ -114,9 +113,11 @@ def eval_models(
                      prompts=prompts_option(query_prompt, document_prompt), dims=parse_dims(dims))
     try:
         models = {name: _model(path) for name, path in parse_models(model).items()}
-        result = _run(eval_flow, models, cfg, _folder(out, "--out"), _folder(data_root) if data_root else None,
-                      output=out)
-    except EvaluationInputError as exc:
+        result = _run("flows.evaluate:eval_flow", models, cfg, _folder(out, "--out"),
+                      _folder(data_root) if data_root else None, output=out)
+    except Exception as exc:
+        if not raised(exc, "flows.evaluate:EvaluationInputError"):
+            raise
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
     out_console().print(Path(result["report"]["markdown"]).read_text().split("![")[0].rstrip()
@@ -173,12 +174,10 @@ def probe(
     that use the word without defining it, distractors, concept-only documents; queries that
     never name it) and scores every model on it (OUT/report).
     """
-    from flows.corpora import probe_flow
-
     if not word.isalpha():
         raise typer.BadParameter(f"the invented word must be letters only, got {word!r}")
     models = {name: _model(path) for name, path in parse_models(model).items()}
-    result = _run(probe_flow, models, word, _folder(out, "--out"), output=out)
+    result = _run("flows.corpora:probe_flow", models, word, _folder(out, "--out"), output=out)
     table = Table(title=f"documents naming {result['word']!r}, queries that only describe it")
     for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
         table.add_column(col)

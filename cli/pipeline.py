@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wait, _folder, _model, _run, app,
-                        console, prompts_option, out_console)
+                        console, out_console, prompts_option, raised)
 from cli.data import _print_stats
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
@@ -21,7 +21,7 @@ def _pipeline_config(config: Path):
     import yaml
     from pydantic import ValidationError
 
-    from flows.rebuild import load_pipeline_config
+    from tasks.config_file import load_pipeline_config
 
     try:
         return load_pipeline_config(str(config))
@@ -111,10 +111,8 @@ def run(
     words from a description of what they do. Rerunning takes completed steps from cache and
     resumes a failed training stage.
     """
-    from flows.demo import demo_flow
-    from flows.ingest import IngestFailed
-    from flows.pipeline import mosaic_pipeline
     from storage.own_pairs import check_own_pairs
+    from tasks.own_pairs import check_pairs_at_hand
 
     root = Path(_folder(data_root))
     if pairs and config:
@@ -136,13 +134,16 @@ def run(
                                    "directory you run mosaic from)")
         if cfg.pairs is not None:
             check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
+            check_pairs_at_hand(cfg)
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
     if cfg is not None and tracking is not None:
         cfg = cfg.model_copy(update={"tracking": tracking})
     try:
-        result = (_run(mosaic_pipeline, cfg, str(root), writes=root, wait=wait) if cfg is not None
-                  else _run(demo_flow, str(root), seed, tracking, writes=root, wait=wait))
-    except IngestFailed as exc:
+        result = (_run("flows.pipeline:mosaic_pipeline", cfg, str(root), writes=root, wait=wait) if cfg is not None
+                  else _run("flows.demo:demo_flow", str(root), seed, tracking, writes=root, wait=wait))
+    except Exception as exc:
+        if not raised(exc, "flows.ingest:IngestFailed"):
+            raise
         _print_stats(root)
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
                       "Fix the files named above and run the same command again.")

@@ -19,10 +19,10 @@ MlflowUri = Annotated[Optional[str], typer.Option(
 def mlflow_tracking(uri: str | None, configured: TrackingConfig | None = None) -> TrackingConfig | None:
     """The tracking section with ``--mlflow-uri`` in it (the config's experiment kept), or ``None``
     without the option; exits 2, saying how to install it, when mlflow is missing but asked for."""
-    from tasks.tracking import TrackingUnavailable, check_mlflow
-
     wanted = uri or (configured.mlflow_uri if configured else None)
     if wanted:
+        from tasks.tracking import TrackingUnavailable, check_mlflow
+
         try:
             check_mlflow()
         except TrackingUnavailable as exc:

@@ -84,8 +84,6 @@ def train(
     pair; --set hard_negatives=N) come from the consistency filter, or are mined once with the input
     model when a pairs file has none (--set hard_negatives=0 skips that).
     """
-    from flows.train import train_flow
-
     cfg = build_train_config(preset, [f"model_kind={model_kind}", *(set_ or [])], query_column, document_column,
                              heldout_pairs=heldout_pairs, prompts=prompts_option(query_prompt, document_prompt),
                              validation_pairs=validation_pairs, merge_weights=tuple(merge or ()))
@@ -94,7 +92,8 @@ def train(
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
     out_root = _folder(out, "--out")
     tracking = mlflow_tracking(mlflow_uri)
-    results = _run(train_flow, _model(model), pairs, cfg, out_root, processes, tracking, writes=out_root, wait=wait)
+    results = _run("flows.train:train_flow", _model(model), pairs, cfg, out_root, processes, tracking,
+                   writes=out_root, wait=wait)
     _print_stages(results)
     print_tracking(out_console(), Path(out_root), tracking)
 

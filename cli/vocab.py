@@ -78,7 +78,6 @@ def vocab(
     trade-off per threshold and per pruned share, fertility, drift before/after distillation
     and pruning).
     """
-    from flows.vocab import vocab_flow
     from mosaic_core.modeling.modeldir import vocab_report_markdown
 
     cfg = _vocab_config(base_model=base_model, vocab_size=vocab_size, min_frequency=min_frequency,
@@ -91,7 +90,7 @@ def vocab(
                         model_kind=model_kind, sample_texts=sample_texts)
     _check_sources(corpus, cfg)
     _model(base_model)
-    report = _run(vocab_flow, corpus, cfg, _folder(out, "--out"), output=out)
+    report = _run("flows.vocab:vocab_flow", corpus, cfg, _folder(out, "--out"), output=out)
     out_console().print(vocab_report_markdown(out) or report)
 
 

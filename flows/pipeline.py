@@ -61,7 +61,7 @@ def _pairs(cfg: PipelineConfig, data_root: str) -> tuple[list, list]:
     ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
                 ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root))
     check_enough_pairs(data_root, cfg.pairs.path if cfg.pairs else f"the citations in {data_root}",
-                       max(s.batch_size * s.accumulation for s in cfg.train.stages), cfg.train.heldout_pairs,
+                       cfg.largest_batch, cfg.train.heldout_pairs,
                        cfg.train.validation_pairs)  # before any model is loaded
     distributed = cfg.dask_address is not None or cfg.workers > 1
     filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(

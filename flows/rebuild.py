@@ -8,34 +8,18 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import yaml
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, State
 
 from flows.pipeline import mosaic_pipeline
 from flows.demo import demo_config
-from mosaic_core.config import PipelineConfig
 from storage.lock import RootBusy, root_lock
-from storage.own_pairs import locate
+from tasks.config_file import load_pipeline_config
 from tasks.ingest import list_snapshot
 from tasks.rebuild import record_snapshot, snapshot_changes
 
 log = logging.getLogger(__name__)
-
-
-def load_pipeline_config(config_file: str) -> PipelineConfig:
-    """The pipeline YAML at ``config_file``, validated; ``pairs.path`` is read relative to the
-    file's folder (an absolute path, or a hub dataset, stays as it is)."""
-    path = Path(config_file).expanduser().resolve()
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_file}: the top level must be a mapping of sections (base_model:, ingest:, "
-                         f"train:, …), not a {type(data).__name__}; see docs/pipeline.example.yaml")
-    pairs = data.get("pairs")
-    if isinstance(pairs, dict) and isinstance(pairs.get("path"), str):
-        data["pairs"] = {**pairs, "path": locate(pairs["path"], path.parent)}
-    return PipelineConfig.load(data)
 
 
 @flow(name="rebuild")

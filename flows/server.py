@@ -43,56 +43,88 @@ def _send_pending(timeout_s: float = 10.0) -> None:
         worker.drain_all(timeout=timeout_s)
 
 
-_READY: list = []
-"""The running command's wait for its temporary server (empty: nothing to wait for)."""
+class _Temporary:
+    """The command's temporary server: spawned on :meth:`start`, waited for on :meth:`ready`."""
+
+    def __init__(self, url: str, port: int, timeout_s: float):
+        self.url, self.port, self.timeout_s = url, port, timeout_s
+        self.server: subprocess.Popen | None = None
+        self.errors = None
+        self.waited = False
+
+    def start(self) -> None:
+        if self.server is not None:
+            return
+        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+               "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        # The server's own output goes to a file: a server stopped half-way through its start-up
+        # prints a shutdown traceback that is not news.
+        self.errors = tempfile.TemporaryFile(mode="w+", prefix="mosaic-prefect-server-")
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host",
+             "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
+            env=env, preexec_fn=_die_with_parent, stdout=self.errors, stderr=subprocess.STDOUT)
+
+    def ready(self) -> None:
+        self.start()
+        if not self.waited:
+            _wait_healthy(self.server, self.errors, self.url, self.timeout_s)
+            self.waited = True
+
+    def stop(self) -> None:
+        if self.server is None:
+            return
+        if self.waited:
+            _send_pending()
+        self.server.terminate()
+        try:
+            self.server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.server.wait()
+        if self.waited:  # what the server said while flows ran on it is the user's to read
+            sys.stderr.write(_said(self.errors))
+        self.errors.close()
+
+
+_CURRENT: list[_Temporary] = []
+"""The running command's temporary server (empty: a configured API, or no command)."""
+
+
+def start_api() -> None:
+    """Start the command's temporary server, if it has one and it is not started: the CLI calls
+    it once the input is checked and the data root is locked, so a wrong input, a wrong config
+    or a busy root is reported before any server starts; the flow's imports overlap its start."""
+    for server in _CURRENT:
+        server.start()
 
 
 def api_ready() -> None:
-    """Block until the command's temporary server answers (at once with a configured API).
-    The CLI calls it just before it runs a flow, so a wrong input is reported while the server
-    is still starting, not after it."""
-    while _READY:
-        _READY.pop()()
+    """Block until the command's temporary server answers (started now if it is not; at once
+    with a configured API)."""
+    for server in _CURRENT:
+        server.ready()
 
 
 @contextmanager
 def command_api(timeout_s: float = 120.0) -> Iterator[str | None]:
     """Within the block, flows use the configured Prefect API (``PREFECT_API_URL``), else a
-    temporary server on 127.0.0.1 tied to this process, started at once and waited for in
-    :func:`api_ready`; yields its URL (None: the configured)."""
+    temporary server on 127.0.0.1 tied to this process, started by :func:`start_api` (or
+    :func:`api_ready`) and stopped when the block ends; yields its URL (None: the configured)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
         yield None
         return
     port = _free_port()
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    # The server's own output goes to a file: a server stopped half-way through its start-up (a
-    # wrong input reported before any flow ran) prints a shutdown traceback that is not news.
-    errors = tempfile.TemporaryFile(mode="w+", prefix="mosaic-prefect-server-")
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
-                               "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-                              env=env, preexec_fn=_die_with_parent, stdout=errors, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    _READY.append(lambda: _wait_healthy(server, errors, url, timeout_s))
+    server = _Temporary(f"http://127.0.0.1:{port}/api", port, timeout_s)
+    _CURRENT.append(server)
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
+        with temporary_settings(updates={PREFECT_API_URL: server.url}):
+            yield server.url
     finally:
-        used = not _READY
-        _READY.clear()
-        if used:
-            _send_pending()
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        if used:  # what the server said while flows ran on it is the user's to read
-            sys.stderr.write(_said(errors))
-        errors.close()
+        _CURRENT.remove(server)
+        server.stop()
 
 
 def _said(errors) -> str:

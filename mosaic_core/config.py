@@ -191,6 +191,11 @@ class PipelineConfig(Frozen):
     def trains_control(self) -> bool:
         return self.control == "contrastive"
 
+    @property
+    def largest_batch(self) -> int:
+        """The most pairs one optimizer step of any stage takes (its batch times its accumulation)."""
+        return max(s.batch_size * s.accumulation for s in self.train.stages)
+
     def validation_spec(self, data_root: str) -> EvalTaskSpec:
         """The run's validation pairs as a retrieval task (as a training stage scores itself): what
         the adapted model and the control are chosen on, never the test pairs."""

@@ -17,9 +17,9 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from mosaic_core.config import OwnPairsConfig
+from mosaic_core.config import OwnPairsConfig, PipelineConfig
 from mosaic_core.data.own_pairs import CODE_VERSION, PairStats, pair_row
-from mosaic_core.trainer.heldout import split_sizes
+from mosaic_core.data.splits import pairs_needed
 from storage import schemas
 from storage.catalog import Catalog
 from storage.layout import DataLayout
@@ -98,12 +98,19 @@ def import_pairs(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
     if rows or unreadable or not manifests:
         manifests.append(_write(layout, cfg, digest, len(manifests), rows, stats, started))
     _remove_beyond(layout, len(manifests))
-    reasons = ", ".join(f"{k} {v:,}" for k, v in total.dropped.most_common()) or "none"
     if not total.kept:
-        raise CorpusError(f"{cfg.path}: no pairs left after the filters ({total.rows:,} rows read; dropped: "
-                          f"{reasons}); check pairs.query_column / document_column and the min_*_words thresholds")
-    log.info("%s: %d rows, %d pairs kept, dropped %s", cfg.path, total.rows, total.kept, reasons)
+        raise _none_left(cfg.path, total)
+    log.info("%s: %d rows, %d pairs kept, dropped %s", cfg.path, total.rows, total.kept, _reasons(total))
     return manifests
+
+
+def _reasons(stats: PairStats) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in stats.dropped.most_common()) or "none"
+
+
+def _none_left(source: str, stats: PairStats) -> CorpusError:
+    return CorpusError(f"{source}: no pairs left after the filters ({stats.rows:,} rows read; dropped: "
+                       f"{_reasons(stats)}); check pairs.query_column / document_column and the min_*_words thresholds")
 
 
 def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
@@ -117,13 +124,37 @@ def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
 
 
 
-def pairs_needed(batch: int, heldout: int, validation: int) -> int:
-    """The fewest distinct pairs a run trains on: once the test and validation pairs are held out
-    (:func:`~mosaic_core.trainer.heldout.split_sizes`), one batch of ``batch`` pairs is left."""
-    n = batch
-    while n - sum(split_sizes(n, heldout, validation)) < batch:
-        n += 1
-    return n
+def _too_few(source: str, distinct: int, rows: int, batch: int, heldout: int, validation: int) -> CorpusError | None:
+    """The error of a run with ``distinct`` usable pairs (of ``rows``), None if they are enough."""
+    need = pairs_needed(batch, heldout, validation)
+    if distinct >= need:
+        return None
+    copies = f" ({rows - distinct:,} rows repeat another)" if rows > distinct else ""
+    return CorpusError(f"{source}: {distinct:,} distinct usable pairs{copies}; a run needs at least {need:,}: "
+                       f"{min(heldout, need // 5)} held out for the test, the validation pairs, and one training "
+                       f"batch of {batch}. Add pairs, or lower train batch_size / heldout_pairs / validation_pairs")
+
+
+def check_pairs_at_hand(cfg: PipelineConfig) -> None:
+    """A :class:`CorpusError` when ``cfg.pairs`` holds fewer distinct usable pairs (normalised and
+    filtered as the import does) than the run needs: read only until it has seen enough, so the
+    CLI says so in a second, before anything is written or started."""
+    own, batch = cfg.pairs, cfg.largest_batch
+    need = pairs_needed(batch, cfg.train.heldout_pairs, cfg.train.validation_pairs)
+    seen, stats, unreadable = set(), PairStats(), {}
+    for chunk in iter_pairs(check_own_pairs(own.path, own.query_column, own.document_column), own.query_column,
+                            own.document_column, unreadable):
+        for query, document in chunk:
+            q, d, reason, _ = pair_row(query, document, own)
+            stats.add(reason)
+            if reason is None:
+                seen.add((q, d))
+                if len(seen) >= need:
+                    return
+    stats.dropped.update(unreadable)
+    if not seen:
+        raise _none_left(own.path, stats)
+    raise _too_few(own.path, len(seen), stats.kept, batch, cfg.train.heldout_pairs, cfg.train.validation_pairs)
 
 
 @task(name="enough-pairs", cache_policy=NO_CACHE)
@@ -132,10 +163,6 @@ def check_enough_pairs(root: str, source: str, batch: int, heldout: int, validat
     before any model is loaded when they are fewer than a run needs (:func:`pairs_needed`)."""
     with Catalog(DataLayout(root)) as cat:
         rows, distinct = cat.rows("SELECT count(*), count(DISTINCT (query, document)) FROM latest_pairs")[0]
-    need = pairs_needed(batch, heldout, validation)
-    if distinct < need:
-        copies = f" ({rows - distinct:,} rows repeat another)" if rows > distinct else ""
-        raise CorpusError(f"{source}: {distinct:,} distinct usable pairs{copies}; a run needs at least {need:,}: "
-                          f"{min(heldout, need // 5)} held out for the test, the validation pairs, and one training "
-                          f"batch of {batch}. Add pairs, or lower train batch_size / heldout_pairs / validation_pairs")
+    if (error := _too_few(source, distinct, rows, batch, heldout, validation)) is not None:
+        raise error
     return distinct

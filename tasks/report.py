@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from mosaic_core.evaluate.run_report import RunStory, headline, render
 from mosaic_core.evaluate.scoring import TaskScore
-from mosaic_core.trainer.heldout import split_sizes
+from mosaic_core.data.splits import split_sizes
 from storage.manifest import Manifest
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from mosaic_core.data.splits import split_sizes
 from mosaic_core.trainer.data import PairSet, read_rows
 
 Pair = tuple[str, str]
@@ -68,13 +69,6 @@ class Split:
     train: np.ndarray
     validation: np.ndarray
     test: np.ndarray
-
-
-def split_sizes(n: int, n_test: int, n_validation: int = 0) -> tuple[int, int]:
-    """(test, validation) sizes of :func:`split_indices` over ``n`` pairs: what was asked, capped
-    at a fifth of the pairs (the validation pairs: of the pairs left after the test pairs)."""
-    n_test = min(n_test, n // 5)
-    return n_test, min(n_validation, (n - n_test) // 5)
 
 
 def split_by_hash(hashes: np.ndarray, n_test: int, n_validation: int = 0) -> Split:

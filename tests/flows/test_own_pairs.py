@@ -14,7 +14,8 @@ from prefect.settings import get_current_settings
 from flows.filter import filter_flow
 from flows.own_pairs import own_pairs_flow
 from flows.pipeline import mosaic_pipeline
-from flows.rebuild import load_pipeline_config, rebuild
+from flows.rebuild import rebuild
+from tasks.config_file import load_pipeline_config
 from mosaic_core.config import OFFLINE_MODEL, FilterConfig, OwnPairsConfig
 from storage.layout import DataLayout
 from storage.pairs_io import CorpusError

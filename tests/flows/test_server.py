@@ -125,11 +125,12 @@ def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(
 _BROKEN_SERVER = """
 import sys, time
 import psutil
-from flows.server import api_ready, command_api
+from flows.server import api_ready, command_api, start_api
 with command_api():
     if sys.argv[1] == "wait":
         api_ready()
-    else:  # leave once the server has failed, without waiting for it (as a wrong input reported early does)
+    else:  # leave once the server has failed, without waiting for it (as a failing flow import does)
+        start_api()
         server = psutil.Process().children()[0]
         while server.status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.2)

@@ -14,7 +14,8 @@ from mosaic_core.trainer.build import check_inputs
 from mosaic_core.trainer.data import PairSet
 from storage.own_pairs import check_own_pairs
 from storage.pairs_io import CorpusError, check_pairs_source
-from tasks.own_pairs import check_enough_pairs, pairs_needed
+from mosaic_core.data.splits import pairs_needed
+from tasks.own_pairs import check_enough_pairs
 
 
 @pytest.mark.parametrize("name", ["../../../ESCAPED", "..", ".", "a/b", "a\\b"])

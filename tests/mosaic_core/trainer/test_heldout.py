@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from mosaic_core.trainer.data import PairSet
-from mosaic_core.trainer.heldout import RetrievalProbe, split_examples, split_indices, split_sizes
+from mosaic_core.data.splits import split_sizes
+from mosaic_core.trainer.heldout import RetrievalProbe, split_examples, split_indices
 
 
 def test_the_split_sizes_are_those_split_indices_holds_out():

@@ -1,0 +1,64 @@
+"""A wrong config, a busy data root and a pairs source too small for a run are reported before
+the command's Prefect server starts and before torch is imported: in about a second, not after
+the flow's imports and the server's start-up."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage.lock import root_lock
+
+REPO = Path(__file__).resolve().parents[2]
+
+_COMMAND = """
+import json, sys
+import flows.server
+started = []
+flows.server._Temporary.start = lambda self: started.append(True)
+from cli.common import main
+sys.argv = ["mosaic", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as end:
+    code = end.code
+print(json.dumps({"code": code, "server": bool(started), "torch": "torch" in sys.modules}))
+"""
+
+
+def _mosaic(*args: str) -> tuple[dict, str]:
+    done = subprocess.run([sys.executable, "-c", _COMMAND, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_a_wrong_config_is_reported_before_any_server_starts(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("train: {batch_size: -1}\n")
+    outcome, said = _mosaic("run", "--config", str(config), "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "invalid pipeline config" in said and "batch_size" in said
+
+
+def test_a_busy_root_is_reported_before_any_server_starts(tmp_path):
+    root = tmp_path / "root"
+    with root_lock(root, "a test holding the root"):
+        outcome, said = _mosaic("run", "--data-root", str(root))
+    assert outcome == {"code": 3, "server": False, "torch": False}
+    assert "in use by `a test holding the root`" in said
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(1, "no pairs left after the filters (1 rows read; dropped: short"),
+                                                (300, "1 distinct usable pairs (299 rows repeat another)")])
+def test_too_few_pairs_are_reported_before_any_server_starts(tmp_path, rows, expected):
+    pair = {"query": "renal outcomes of the new treatment",
+            "document": "We studied the kidneys of patients " * 4 if rows > 1 else "Kidneys."}
+    source = tmp_path / "pairs.jsonl"
+    source.write_text((json.dumps(pair) + "\n") * rows)
+    outcome, said = _mosaic("run", "--pairs", str(source), "--base-model", "offline:all-MiniLM-L6-v2",
+                            "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert expected in " ".join(said.split())
+    assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.parquet"))  # nothing written
