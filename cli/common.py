@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -29,8 +30,6 @@ def out_console() -> Console:
     """The console a command prints its results to: Rich's own on a terminal; in a file or a CI
     log, lines never wrap (a table keeps its natural width, a path stays on one line, so both
     read and copy as they are)."""
-    import sys
-
     return Console() if sys.stdout.isatty() else Console(width=100_000, soft_wrap=True)
 
 DataRoot = Annotated[
@@ -101,8 +100,6 @@ folder: shown as one line that says what to do."""
 def raised(exc: BaseException, error: str) -> bool:
     """Whether ``exc`` is an ``error`` (``"module:Name"``). Read from the modules already
     imported (one not imported raised nothing), so that checking an error imports nothing."""
-    import sys
-
     module, name = error.split(":")
     return module in sys.modules and isinstance(exc, getattr(sys.modules[module], name))
 
@@ -115,8 +112,6 @@ def is_input_error(exc: BaseException) -> bool:
 def _locked(root: str | Path, wait: float | None):
     """The writer lock of data root ``root`` (see storage/lock.py), named after this command;
     ``wait`` as given to ``--wait`` (None: do not wait; infinity: no limit)."""
-    import sys
-
     from storage.lock import root_lock
 
     command = " ".join(["mosaic", *sys.argv[1:3 if sys.argv[1:2] == ["pairs"] else 2]])
@@ -161,18 +156,50 @@ def _bare_wait(argv: list[str]) -> list[str]:
     return out
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGINT reached a command that runs flows: raised where it was, so that its flows
+    record their end and its temporary server stops (``BaseException``: no handler takes it for
+    a failed input or step)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_on_signals() -> None:
+    def stop(signum: int, _frame) -> None:
+        raise Stopped(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+
+
+def _stop_signal(exc: BaseException) -> int | None:
+    """The signal that stopped the command, if ``exc`` is, or came of, one: Prefect takes SIGTERM
+    over while a flow runs, and a signal that lands as a task run is being created surfaces as
+    Prefect's own error, with the signal in its context."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, Stopped):
+            return exc.signum
+        if type(exc).__name__ == "TerminationSignal":  # prefect.exceptions'
+            return int(exc.signal)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main() -> None:
     """The ``mosaic`` console entry. A wrong input ends with one clear line (exit 2); a data
     root another command is writing, with who holds it (exit 3); any other failure of a flow
     with its message in a few lines and where the full log is (exit 1); a full disk under a data
-    root it wrote, in one line naming the root and its free space (exit 4). The traceback only
+    root it wrote, in one line naming the root and its free space (exit 4); SIGTERM or SIGINT
+    within seconds, in one line saying what is kept (exit 128 + the signal). The traceback only
     with ``--debug`` or ``MOSAIC_DEBUG=1``."""
-    import sys
-
-    from flows.console import full_log, short
+    from flows.console import full_log
     from flows.server import command_api
     from storage.lock import RootBusy
-    from storage.space import NoSpace, space_problem
+    from storage.space import NoSpace
 
     debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
     if "--debug" in sys.argv:
@@ -180,33 +207,48 @@ def main() -> None:
     sys.argv[1:] = _bare_wait(sys.argv[1:])
     runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
     log = full_log(sys.argv[1], tracebacks_on_console=debug) if runs_flows else contextlib.nullcontext()
+    if runs_flows:
+        _stop_on_signals()
+    log_path = None
     try:
         with log as log_path, command_api() if runs_flows else contextlib.nullcontext():
-            app()  # usage errors, typer.Exit and ^C end here with click's message and exit code
+            app()  # usage errors and typer.Exit end here with click's message and exit code
     except SystemExit:  # --help, usage errors, typer.Exit
         raise
-    except RootBusy as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(3)
-    except NoSpace as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(4)
-    except Exception as exc:
-        if is_input_error(exc):
-            if debug:
-                raise
-            console.print(f"[red]error:[/red] {escape(str(exc))}\n"
-                          "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
-            sys.exit(2)
-        # a failure inside a flow: its message, and where the traceback is
-        if (full := space_problem(exc)) is not None and not debug:  # a full disk, whatever the writer said
-            where = f"\n[dim]full log: {log_path}[/dim]" if log_path else ""
-            console.print(f"[red]error:[/red] {escape(full)}{where}")
-            sys.exit(4)
-        if debug or not runs_flows:
+    except BaseException as exc:
+        if debug and _stop_signal(exc) is None and not isinstance(exc, (RootBusy, NoSpace)):
             raise
-        console.print(f"[red]error:[/red] {type(exc).__name__}: {escape(short(str(exc)))}\n"
-                      f"[dim]full log with the traceback: {log_path} (or rerun with --debug)[/dim]")
-        sys.exit(1)
+        if (code := _ending(exc, log_path, runs_flows)) is None:
+            raise
+        sys.exit(code)
+
+
+def _ending(exc: BaseException, log_path: str | None, runs_flows: bool) -> int | None:
+    """Print how the command ended on ``exc`` in a few lines and return its exit code; None: show
+    the traceback (a failure outside any flow, which is a bug)."""
+    from flows.console import short
+    from storage.lock import RootBusy
+    from storage.space import NoSpace, space_problem
+
+    if (signum := _stop_signal(exc)) is not None:
+        console.print(f"[yellow]stopped ({signal.Signals(signum).name}):[/yellow] every step that finished is kept, "
+                      "and a training stage's last checkpoint; run the same command to go on from there")
+        return 128 + signum
+    if isinstance(exc, (RootBusy, NoSpace)):
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 3 if isinstance(exc, RootBusy) else 4
+    if is_input_error(exc):
+        console.print(f"[red]error:[/red] {escape(str(exc))}\n"
+                      "[dim](--debug or MOSAIC_DEBUG=1 shows the traceback)[/dim]")
+        return 2
+    if (full := space_problem(exc)) is not None:  # a full disk, whatever the writer said
+        where = f"\n[dim]full log: {log_path}[/dim]" if log_path else ""
+        console.print(f"[red]error:[/red] {escape(full)}{where}")
+        return 4
+    if not runs_flows or not isinstance(exc, Exception):
+        return None
+    console.print(f"[red]error:[/red] {type(exc).__name__}: {escape(short(str(exc)))}\n"
+                  f"[dim]full log with the traceback: {log_path} (or rerun with --debug)[/dim]")
+    return 1
 
 

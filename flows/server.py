@@ -4,7 +4,9 @@ outlive the command.
 Prefect starts a temporary API server of its own when none is configured, as a child process
 that a ``kill -9`` of the command leaves running. Here the temporary server is started the same
 way (uvicorn serving Prefect's app on 127.0.0.1, UI off) but asks the kernel to stop it when
-its parent dies (``PR_SET_PDEATHSIG``), however the parent died.
+its parent dies (``PR_SET_PDEATHSIG``), however the parent died, and runs in a session of its
+own, so that a signal to the command's process group (``^C``, ``timeout``, a container stop) reaches
+only the command: its flows then record their end on the server, and the command stops it.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class _Temporary:
         self.server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app", "--host",
              "127.0.0.1", "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-            env=env, preexec_fn=_die_with_parent, stdout=self.errors, stderr=subprocess.STDOUT)
+            env=env, preexec_fn=_die_with_parent, stdout=self.errors, stderr=subprocess.STDOUT,
+            start_new_session=True)  # a ^C or a `timeout` signals the command's group: not the server
 
     def ready(self) -> None:
         self.start()
