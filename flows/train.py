@@ -73,7 +73,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                         source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
                         (stage.query_max_length, stage.document_max_length),
                         str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,
-                        stage.prompts.model_dump() if stage.prompts else None)
+                        stage.prompts.model_dump() if stage.prompts else None, cfg.negative_rule)
                 source = mined[key]
             results.append(train_stage_for(out)(model, source, stage, cfg, out, examples,
                                                 processes or default_processes()))

@@ -71,6 +71,18 @@ class IngestConfig(Frozen):
     batch_rows: int = Field(5000, gt=0, description="Rows per Parquet row group while streaming.")
 
 
+class NegativeRule(Frozen):
+    """Which retrieved documents may serve as a pair's hard negatives: never its own document (or
+    an exact copy), never one scoring at or above ``margin`` of the positive's score (NV-Retriever's
+    TopK-PercPos: such a document is likely another answer to the query, a false negative), never
+    a near duplicate of the positive."""
+
+    margin: float = Field(0.95, gt=0.0, le=1.0, description="A negative must score below this fraction of the "
+                          "pair's own positive score (1.0: anything below the positive).")
+    duplicate_cosine: float = Field(0.98, gt=0.0, le=1.0, description="A document whose embedding has at least "
+                                    "this cosine with the positive's is a near duplicate, never a negative.")
+
+
 class FilterConfig(Frozen):
     """Stage 0b: the consistency filter (or the threshold filter of the low-resource recipe)."""
 
@@ -87,7 +99,8 @@ class FilterConfig(Frozen):
     chunk_size: int = Field(1_000_000, gt=0, description="Pairs per FAISS index (consistency mode).")
     hard_negatives: int = Field(
         3, ge=0, description="Consistency mode: keep per pair this many of its highest-ranked other documents that "
-        "score below its own (hard negatives for training).")
+        "score below its own (hard negatives for training), as negative_rule allows.")
+    negative_rule: NegativeRule = Field(NegativeRule(), description="Which documents may be hard negatives.")
     query_max_length: int = Field(64, gt=0, description="Queries are cut after this many tokens.")
     document_max_length: int = Field(256, gt=0, description="Documents are cut after this many tokens.")
     batch_size: int = Field(64, gt=0, description="Texts per encoding batch (CPU).")

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from mosaic_core.config_base import Frozen
-from mosaic_core.config_data import PromptsConfig
+from mosaic_core.config_data import NegativeRule, PromptsConfig
 
 
 class DistillConfig(Frozen):
@@ -288,6 +288,8 @@ class TrainConfig(Frozen):
         "on the validation pairs. Empty: no merge step.")
     query_column: str = Field("query", description="Column of a pairs file that holds the queries.")
     document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
+    negative_rule: NegativeRule = Field(NegativeRule(), description="Which documents may be hard negatives when "
+                                        "they are mined for a pairs source without them.")
 
     @field_validator("stages")
     @classmethod
@@ -316,12 +318,13 @@ class TrainConfig(Frozen):
     def control(self) -> TrainConfig:
         """The plain fine-tuning control of this run: one contrastive stage from the base, on the
         same pairs, hard negatives, prompts and lengths as the last stage, for the steps of every
-        stage together, or their passes when a stage has no step cap (an uncapped MLM warm-up of 10
-        passes beside capped stages makes a control of 12 passes); no MLM, no vocabulary, no merge."""
+        stage that trains the encoder together (an MLM warm-up, whose encoder is frozen, adds none),
+        or their passes when one of them has no step cap; no MLM, no vocabulary, no merge."""
         last = self.stages[-1]
-        steps = [s.max_steps for s in self.stages]
+        training = [s for s in self.stages if s.kind != "mlm"] or list(self.stages)
+        steps = [s.max_steps for s in training]
         budget = ({"max_steps": sum(steps)} if all(steps) else
-                  {"max_steps": None, "epochs": sum(s.epochs for s in self.stages)})
+                  {"max_steps": None, "epochs": sum(s.epochs for s in training)})
         drop = {"kind", "name", "alpha", "mlm_probability", "mlm_tokens", "mlm_target", "mlm_rows"}
         stage = StageConfig.model_validate({**last.model_dump(exclude=drop), "name": "control",
                                             "kind": "contrastive", **budget})

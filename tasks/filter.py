@@ -131,13 +131,15 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
             for pid in r.pair_ids]
     kept, rank, cosine = (np.zeros(len(docs), bool), np.zeros(len(docs), np.int32), np.zeros(len(docs), np.float32))
     negatives: list[list[dict]] = [[] for _ in docs]
+    rejected: Counter = Counter()
     for lo in range(0, len(docs), cfg.chunk_size):
         hi = min(lo + cfg.chunk_size, len(docs))
         if cfg.mode == "threshold":
             res = consistency.threshold_filter(q[lo:hi], d[lo:hi], cfg.threshold)
         else:
             res = consistency.consistency_filter(q[lo:hi], d[lo:hi], cfg.k, doc_keys=docs[lo:hi],
-                                                 negatives=cfg.hard_negatives)
+                                                 negatives=cfg.hard_negatives, rule=cfg.negative_rule)
+            rejected.update(res.rejected)
         kept[lo:hi], rank[lo:hi], cosine[lo:hi] = res.kept, res.rank, res.cosine
         for i, found in enumerate(res.negatives or []):
             negatives[lo + i] = [refs[lo + j] for j in found]
@@ -162,8 +164,8 @@ def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig,
             outputs=[str(out), e.path], started_at=started)
         write_manifest(layout, manifest)
         manifests.append(manifest)
-    log.info("chunk %d: %d pairs, %d kept (%.1f%%)", chunk, len(docs), int(kept.sum()),
-             100 * kept.mean() if len(docs) else 0)
+    log.info("chunk %d: %d pairs, %d kept (%.1f%%); %d hard negatives%s", chunk, len(docs), int(kept.sum()),
+             100 * kept.mean() if len(docs) else 0, sum(map(len, negatives)), _rejected(rejected))
     if not kept.any() and encoded:
         require_pairs_left(layout, cfg, encoded[0].partition.source)
     return manifests
@@ -229,3 +231,11 @@ def dropped_examples(root: str, n: int = 5) -> list[tuple]:
     """(pair id, cosine, query, document) of the ``n`` dropped pairs that came closest to being kept."""
     with Catalog(DataLayout(root), read_only=True) as cat:
         return cat.dropped_examples(n)
+
+
+def _rejected(counts: Counter) -> str:
+    """What the negative rule kept out of the plain rule's picks, for a log line."""
+    if not sum(counts.values()):
+        return ""
+    return (f" ({counts['near_positive']:,} candidates scoring within the margin of the positive and "
+            f"{counts['near_duplicate']:,} near duplicates of it left out)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from prefect import task
 from prefect.context import TaskRunContext
 from tqdm.auto import tqdm
 
+from mosaic_core.config_data import NegativeRule
 from mosaic_core.data import consistency
 from mosaic_core.modeling import encode
 from mosaic_core.modeling.encode import Encoder
@@ -40,18 +42,21 @@ ENCODE_BLOCK = 10_000
 def _mine_key(context: TaskRunContext, p: dict) -> str:
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
                      p["query_column"], p["document_column"], str(p["negatives"]), str(p["lengths"]), CODE_VERSION,
-                     str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True))
+                     str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True),
+                     p.get("rule", consistency.DEFAULT_RULE).model_dump_json())
 
 
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
-                        lengths: tuple[int, int], out_path: str, examples_dir: str, prompts: dict | None = None) -> str:
+                        lengths: tuple[int, int], out_path: str, examples_dir: str, prompts: dict | None = None,
+                        rule: NegativeRule = consistency.DEFAULT_RULE) -> str:
     """The pairs source a stage reads: ``pairs_source`` itself when it carries hard negatives
     (a filtered data root, or a file with negative columns), else ``out_path``, an examples file
     (``.arrow``, :mod:`storage.examples`) written here: its pairs with up to ``negatives`` hard
     negatives each, as row numbers of their documents, found by ``model`` as the consistency
     filter finds them, reading queries and documents cut at the stage's ``lengths`` (query,
-    document), with its ``prompts`` (None: what ``model`` declares) — as the stage will read them.
+    document), with its ``prompts`` (None: what ``model`` declares) — as the stage will read them;
+    ``rule``: which documents may be negatives (the counts of those it kept out are logged).
     A pairs file is read through its examples file in ``examples_dir``.
 
     Memory: the texts of :data:`ENCODE_BLOCK` pairs, and per chunk of :data:`MINE_CHUNK` pairs the
@@ -68,17 +73,20 @@ def with_hard_negatives(pairs_source: str, model: str, query_column: str, docume
     work.mkdir(parents=True, exist_ok=True)
     try:
         with tqdm(total=table.num_rows, desc="mine", unit="pair") as bar:
-            rows = write_examples(out, _mined(source, table.num_rows, enc, lengths, negatives, work, bar),
-                                  skipped_rows(source))
+            rejected: Counter = Counter()
+            rows = write_examples(out, _mined(source, table.num_rows, enc, lengths, negatives, work, bar, rule,
+                                              rejected), skipped_rows(source))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     found = PairSet(map_examples(out)).negatives_per_pair()
-    log.info("mined %.2f hard negatives per pair for %d pairs of %s with %s", found, rows, pairs_source, model)
+    log.info("mined %.2f hard negatives per pair for %d pairs of %s with %s; left out %d candidates scoring within "
+             "%.0f%% of the positive and %d near duplicates of it", found, rows, pairs_source, model,
+             rejected["near_positive"], 100 * rule.margin, rejected["near_duplicate"])
     return out_path
 
 
 def _mined(source: Path, n: int, enc: Encoder, lengths: tuple[int, int], negatives: int, work: Path,
-           bar: tqdm) -> Iterator[pa.RecordBatch]:
+           bar: tqdm, rule: NegativeRule, rejected: Counter) -> Iterator[pa.RecordBatch]:
     """The ``n`` rows of the examples file ``source`` with their mined negatives (row numbers of
     the same rows), chunk by chunk: the chunk's blocks encoded into float32 files in ``work``,
     searched, then read again and written with their negatives."""
@@ -96,7 +104,8 @@ def _mined(source: Path, n: int, enc: Encoder, lengths: tuple[int, int], negativ
             d[at:at + len(docs)] = enc.with_max_length(lengths[1]).encode(docs, kind="document")
             keys[at:at + len(docs)] = text_hashes(docs)
             bar.update(len(docs))
-        res = consistency.consistency_filter(q, d, k=1, doc_keys=keys.tolist(), negatives=negatives)
+        res = consistency.consistency_filter(q, d, k=1, doc_keys=keys.tolist(), negatives=negatives, rule=rule)
+        rejected.update(res.rejected)
         del q, d
         for at in range(0, size, ENCODE_BLOCK):
             block = next(writing)

@@ -16,20 +16,25 @@ Rules, chosen so that an independent implementation on the same stored vectors a
 * **Scores** are float32 inner products of the given vectors: pass the vectors you store
   (e.g. fp16-rounded) and the stored vectors reproduce every decision.
 * **Hard negatives.** The same search yields, per pair, the highest-ranked distinct documents
-  that are not its own and score strictly below its own (a document at least as close to the
-  query as the relevant one is likely another relevant one, a false negative; a copy of the
-  own text is the same distinct document). They are the natural hard negatives of the
-  InfoNCE in training.
+  that are not its own, score below ``margin`` (0.95) of its own score and are no near duplicate
+  of its own document (a document about as close to the query as the relevant one is likely
+  another relevant one, a false negative; a copy of the own text is the same distinct
+  document): :class:`~mosaic_core.config_data.NegativeRule`. They are the natural hard
+  negatives of the InfoNCE in training.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import faiss
 import numpy as np
 import torch
+
+from mosaic_core.config_data import NegativeRule
+
+DEFAULT_RULE = NegativeRule()
 
 
 @dataclass
@@ -41,14 +46,36 @@ class ConsistencyResult:
     rank: np.ndarray
     cosine: np.ndarray
     negatives: list[list[int]] | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Negatives the plain rule (any other document scoring below the positive) would have kept
+    that :class:`NegativeRule` rejected, by reason: ``near_positive``, ``near_duplicate``."""
+
+
+def _first(mask: np.ndarray, n: int) -> np.ndarray:
+    """``mask`` with only each row's first ``n`` True entries left."""
+    return mask & (np.cumsum(mask, axis=1) <= n)
 
 
 def hard_negatives(scores: np.ndarray, ids: np.ndarray, own: np.ndarray, own_id: np.ndarray, n: int,
-                   ) -> list[list[int]]:
-    """Per query, up to ``n`` retrieved ids (best first) that are not ``own_id`` and score strictly
-    below ``own`` (the query's score for its own document). ``scores``/``ids``: ``[q, depth]``."""
-    ok = (ids >= 0) & (ids != own_id[:, None]) & (scores < own[:, None])
-    return [row[mask][:n].tolist() for row, mask in zip(ids, ok, strict=True)]
+                   docs: np.ndarray | None = None, rule: NegativeRule = DEFAULT_RULE, block: int = 4096,
+                   ) -> tuple[list[list[int]], dict[str, int]]:
+    """(per query, up to ``n`` retrieved ids, best first, that ``rule`` allows; the counts of the
+    plain rule's picks it rejected, by reason). ``scores``/``ids``: ``[q, depth]``; ``own``: each
+    query's score for its own document ``own_id``; ``docs``: the document embeddings ``ids``
+    index (unit rows), for the near-duplicate test (None: no test), taken ``block`` queries at a
+    time (their candidates' embeddings: ``block × depth × dim`` floats)."""
+    plain = (ids >= 0) & (ids != own_id[:, None]) & (scores < own[:, None])
+    near_positive = scores >= own[:, None] - (1.0 - rule.margin) * np.abs(own[:, None])
+    duplicate = np.zeros_like(plain)
+    if docs is not None:
+        for lo in range(0, len(ids), block):
+            cand, mine = docs[np.maximum(ids[lo:lo + block], 0)], docs[own_id[lo:lo + block]]
+            duplicate[lo:lo + block] = np.einsum("qkd,qd->qk", cand, mine) >= rule.duplicate_cosine
+    allowed = _first(plain & ~near_positive & ~duplicate, n)
+    picked = _first(plain, n)
+    rejected = {"near_positive": int((picked & near_positive).sum()),
+                "near_duplicate": int((picked & duplicate & ~near_positive).sum())}
+    return [row[mask].tolist() for row, mask in zip(ids, allowed, strict=True)], rejected
 
 
 def distinct_documents(doc_keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -128,10 +155,12 @@ def consistency_filter(
     depth: int | None = None,
     search: Search = "auto",
     negatives: int = 0,
+    rule: NegativeRule = DEFAULT_RULE,
 ) -> ConsistencyResult:
     """Apply the rule above to one chunk. ``queries[i]`` and ``docs[i]`` form pair ``i``;
     ``doc_keys`` (e.g. document texts or hashes) identify duplicate documents. ``negatives``:
-    hard negatives to keep per pair (as the index of a pair holding that document). ``search``:
+    hard negatives to keep per pair (as the index of a pair holding that document), as ``rule``
+    allows them. ``search``:
     the exact search to use (:func:`search_top`); every backend gives the same decisions."""
     if queries.shape != docs.shape:
         raise ValueError(f"queries {queries.shape} and documents {docs.shape} must pair up row by row")
@@ -151,12 +180,12 @@ def consistency_filter(
     higher = ((scores > own[:, None]) & ~own_in & (ids >= 0)).sum(1)
     retrieved_all_higher = ~own_in.any(1) & (higher >= scores.shape[1])
     rank = np.where(retrieved_all_higher, depth + 1, higher + 1).astype(np.int32)
-    mined = None
+    mined, rejected = None, {}
     if negatives:
-        mined = [first[np.asarray(row, dtype=np.int64)].tolist()
-                 for row in hard_negatives(scores, ids, own, inverse, negatives)]
+        found, rejected = hard_negatives(scores, ids, own, inverse, negatives, uniq, rule)
+        mined = [first[np.asarray(row, dtype=np.int64)].tolist() for row in found]
     return ConsistencyResult(kept=rank <= k, rank=rank, cosine=np.einsum("nd,nd->n", q, uniq[inverse]),
-                             negatives=mined)
+                             negatives=mined, rejected=rejected)
 
 
 def threshold_filter(queries: np.ndarray, docs: np.ndarray, threshold: float) -> ConsistencyResult:

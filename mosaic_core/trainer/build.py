@@ -202,7 +202,9 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     torch.manual_seed(stage.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model, head_loaded = build_model(model_dir, kind=stage.model_kind)
-    if (stage.uses_mlm or stage.model_kind == "sparse") and not head_loaded:
+    if stage.kind == "mlm" and not head_loaded:  # what the warm-up is for
+        log.info("%s has no MLM head: warm-up stage %s trains one", input_model, stage.name)
+    elif (stage.uses_mlm or stage.model_kind == "sparse") and not head_loaded:
         log.warning("%s has no MLM head: stage %s trains the head's transform from scratch (consider the mlm "
                     "warm-up stage)%s", input_model, stage.name,
                     "; a sparse model's representations are that head's output, meaningless until it is trained"

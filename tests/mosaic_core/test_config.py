@@ -11,7 +11,9 @@ def test_the_control_is_one_contrastive_stage_with_the_run_s_budget_pairs_and_pr
                                           "prompts": {"query": "q: ", "document": "d: "}},
                                {"mlm": {"max_steps": 10}}, merge_weights=(0.5,))
     (stage,) = train.control().stages
-    assert (stage.name, stage.kind, stage.max_steps) == ("control", "contrastive", 10 + 30 + 30)
+    assert (stage.name, stage.kind, stage.max_steps) == ("control", "contrastive", 30 + 30)  # the warm-up's
+    # encoder is frozen: its steps train none of what the control trains
+    assert TrainConfig.preset("warmup").control().stages[0].max_steps == 160  # the uncapped warm-up adds none
     assert (stage.hard_negatives, stage.lr, stage.prompts) == (3, 3e-5, PromptsConfig(query="q: ", document="d: "))
     assert train.control().merge_weights == () and train.control().heldout_pairs == train.heldout_pairs
     by_epochs = TrainConfig.preset("paper", {"epochs": 2}).control().stages[0]

@@ -3,6 +3,7 @@ import functools
 import numpy as np
 import pytest
 
+from mosaic_core.config_data import NegativeRule
 from mosaic_core.data import consistency
 from mosaic_core.data.consistency import consistency_filter, score_histogram, threshold_filter
 
@@ -82,27 +83,59 @@ def test_shape_errors():
         consistency_filter(np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), k=0)
 
 
-def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negatives():
+@pytest.mark.parametrize("rule", [NegativeRule(), NegativeRule(margin=0.8, duplicate_cosine=0.9),
+                                  NegativeRule(margin=1.0, duplicate_cosine=1.0)])
+def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negatives(rule):
     rng = np.random.default_rng(7)
     q = unit(rng.normal(size=(200, 16)))
     d = unit(q + rng.normal(scale=0.35, size=q.shape))
+    d[100:110] = unit(d[:10] + rng.normal(scale=0.05, size=(10, 16)))  # near copies of documents 0..9
     keys = [str(i % 150) for i in range(200)]  # pairs 150..199 repeat the documents of pairs 0..49
-    res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, depth=10)
+    res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, depth=10, rule=rule)
     uniq_keys = list(dict.fromkeys(keys))
     first = [keys.index(u) for u in uniq_keys]
     scores = q @ d[first].T
+    plain_rejected = {"near_positive": 0, "near_duplicate": 0}
     for i in range(len(q)):
         own_doc = uniq_keys.index(keys[i])
         own = scores[i, own_doc]
         searched = np.argsort(-scores[i], kind="stable")[:10]  # what a depth-10 search retrieves
-        expected = [first[j] for j in searched if j != own_doc and scores[i, j] < own][:3]
+        plain = [j for j in searched if j != own_doc and scores[i, j] < own][:3]
+        near_positive = {j for j in plain if scores[i, j] >= own - (1 - rule.margin) * abs(own)}
+        duplicate = {j for j in plain if d[first[j]] @ d[first[own_doc]] >= rule.duplicate_cosine} - near_positive
+        plain_rejected["near_positive"] += len(near_positive)
+        plain_rejected["near_duplicate"] += len(duplicate)
+        expected = [first[j] for j in searched if j != own_doc and scores[i, j] < own - (1 - rule.margin) * abs(own)
+                    and d[first[j]] @ d[first[own_doc]] < rule.duplicate_cosine][:3]
         assert res.negatives[i] == expected, i
         assert all(keys[j] != keys[i] for j in res.negatives[i])  # never a copy of its own document
-    assert sum(map(len, res.negatives)) > 0.5 * 3 * len(q)
+    assert res.rejected == plain_rejected
+    assert sum(map(len, res.negatives)) > 0.4 * len(q)
+    if rule.margin < 1:  # the near copies are met, and kept out of each other's negatives
+        assert sum(res.rejected.values()) > 0
+        assert not any(j in (100 + i, i) for i in range(10) for j in res.negatives[i] + res.negatives[100 + i])
+    else:
+        assert res.rejected == {"near_positive": 0, "near_duplicate": 0}
+        assert sum(map(len, res.negatives)) > 0.5 * 3 * len(q)
     # A pair whose own document ranks second keeps the one above it out of its negatives.
     second = next(i for i in range(len(q)) if res.rank[i] == 2)
     above = first[int(np.argmax(scores[second]))]
     assert above not in res.negatives[second]
+
+
+def test_a_near_copy_of_the_positive_is_no_negative_even_when_it_scores_well_below_it():
+    def at(degrees):  # a unit vector in the x-y plane
+        return np.array([np.cos(np.radians(degrees)), np.sin(np.radians(degrees)), 0.0], np.float32)
+
+    # Pair 0's positive at 60 degrees from its query; a near copy of it at 68 (document cosine 0.990,
+    # query score 0.37: far below 0.95 of 0.5); another document at 80 (cosine 0.94 with the positive).
+    q = np.stack([at(0), at(68), at(80)])
+    d = np.stack([at(60), at(68), at(80)])
+    res = consistency_filter(q, d, k=1, negatives=2)
+    assert res.negatives[0] == [2]
+    assert res.rejected["near_duplicate"] >= 1
+    plain = consistency_filter(q, d, k=1, negatives=2, rule=NegativeRule(margin=1.0, duplicate_cosine=1.0))
+    assert plain.negatives[0] == [1, 2]
 
 
 @pytest.mark.parametrize("blocks", [(4096, 65536), (7, 13)])
