@@ -73,12 +73,14 @@ class IngestConfig(Frozen):
 
 class NegativeRule(Frozen):
     """Which retrieved documents may serve as a pair's hard negatives: never its own document (or
-    an exact copy), never one scoring at or above ``margin`` of the positive's score (NV-Retriever's
-    TopK-PercPos: such a document is likely another answer to the query, a false negative), never
-    a near duplicate of the positive."""
+    an exact copy), never one scoring at or above the positive (likely another answer to the query,
+    a false negative) or, with ``margin`` below 1, at or above that fraction of the positive's score
+    (NV-Retriever's TopK-PercPos uses 0.95), never a near duplicate of the positive. The margin is
+    off by default: at 0.95 both the adapted model and the control lost 5-6 held-out points on the
+    demo (docs/benchmarks.md, "Hard negatives that are not positives")."""
 
-    margin: float = Field(0.95, gt=0.0, le=1.0, description="A negative must score below this fraction of the "
-                          "pair's own positive score (1.0: anything below the positive).")
+    margin: float = Field(1.0, gt=0.0, le=1.0, description="A negative must score below this fraction of the "
+                          "pair's own positive score (1.0: anything below the positive; NV-Retriever: 0.95).")
     duplicate_cosine: float = Field(0.98, gt=0.0, le=1.0, description="A document whose embedding has at least "
                                     "this cosine with the positive's is a near duplicate, never a negative.")
 

@@ -16,8 +16,8 @@ Rules, chosen so that an independent implementation on the same stored vectors a
 * **Scores** are float32 inner products of the given vectors: pass the vectors you store
   (e.g. fp16-rounded) and the stored vectors reproduce every decision.
 * **Hard negatives.** The same search yields, per pair, the highest-ranked distinct documents
-  that are not its own, score below ``margin`` (0.95) of its own score and are no near duplicate
-  of its own document (a document about as close to the query as the relevant one is likely
+  that are not its own, score below its own score (or ``margin`` of it) and are no near
+  duplicate of its own document (a document about as close to the query as the relevant one is likely
   another relevant one, a false negative; a copy of the own text is the same distinct
   document): :class:`~mosaic_core.config_data.NegativeRule`. They are the natural hard
   negatives of the InfoNCE in training.

@@ -83,13 +83,14 @@ def test_shape_errors():
         consistency_filter(np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), k=0)
 
 
-@pytest.mark.parametrize("rule", [NegativeRule(), NegativeRule(margin=0.8, duplicate_cosine=0.9),
+@pytest.mark.parametrize("rule", [NegativeRule(), NegativeRule(margin=0.95),
+                                  NegativeRule(margin=0.8, duplicate_cosine=0.9),
                                   NegativeRule(margin=1.0, duplicate_cosine=1.0)])
 def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negatives(rule):
     rng = np.random.default_rng(7)
     q = unit(rng.normal(size=(200, 16)))
     d = unit(q + rng.normal(scale=0.35, size=q.shape))
-    d[100:110] = unit(d[:10] + rng.normal(scale=0.05, size=(10, 16)))  # near copies of documents 0..9
+    d[100:110] = unit(d[:10] + rng.normal(scale=0.02, size=(10, 16)))  # near copies of documents 0..9
     keys = [str(i % 150) for i in range(200)]  # pairs 150..199 repeat the documents of pairs 0..49
     res = consistency_filter(q, d, k=2, doc_keys=keys, negatives=3, depth=10, rule=rule)
     uniq_keys = list(dict.fromkeys(keys))
@@ -111,7 +112,7 @@ def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negativ
         assert all(keys[j] != keys[i] for j in res.negatives[i])  # never a copy of its own document
     assert res.rejected == plain_rejected
     assert sum(map(len, res.negatives)) > 0.4 * len(q)
-    if rule.margin < 1:  # the near copies are met, and kept out of each other's negatives
+    if rule.duplicate_cosine < 1:  # the near copies are met, and kept out of each other's negatives
         assert sum(res.rejected.values()) > 0
         assert not any(j in (100 + i, i) for i in range(10) for j in res.negatives[i] + res.negatives[100 + i])
     else:
