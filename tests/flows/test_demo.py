@@ -62,7 +62,7 @@ def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_pa
     assert pickles(root) == []  # whoever can write the root cannot make the next cached run execute code
 
     weights = {p: p.stat().st_mtime_ns for p in (root / "models").glob("*/model.safetensors")}
-    assert len(weights) >= 3  # stage 1 and both training stages (and the published copy)
+    assert len(weights) >= 3  # stage 1, the warm-up and joint stages, the control (and the published copy)
     again = mosaic_pipeline(cfg, str(root))
     assert {p: p.stat().st_mtime_ns for p in weights} == weights  # every model from cache, none retrained
     assert {m: again["scores"][m] for m in scores} == scores  # the rerun also scores the published model
