@@ -182,7 +182,8 @@ def consistency_filter(
     rank = np.where(retrieved_all_higher, depth + 1, higher + 1).astype(np.int32)
     mined, rejected = None, {}
     if negatives:
-        found, rejected = hard_negatives(scores, ids, own, inverse, negatives, uniq, rule)
+        found, rejected = hard_negatives(scores, ids, own, inverse, negatives,
+                                         uniq if rule.duplicate_cosine < 1 else None, rule)
         mined = [first[np.asarray(row, dtype=np.int64)].tolist() for row in found]
     return ConsistencyResult(kept=rank <= k, rank=rank, cosine=np.einsum("nd,nd->n", q, uniq[inverse]),
                              negatives=mined, rejected=rejected)

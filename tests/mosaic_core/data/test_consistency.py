@@ -83,9 +83,8 @@ def test_shape_errors():
         consistency_filter(np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), k=0)
 
 
-@pytest.mark.parametrize("rule", [NegativeRule(), NegativeRule(margin=0.95),
-                                  NegativeRule(margin=0.8, duplicate_cosine=0.9),
-                                  NegativeRule(margin=1.0, duplicate_cosine=1.0)])
+@pytest.mark.parametrize("rule", [NegativeRule(), NegativeRule(duplicate_cosine=0.98), NegativeRule(margin=0.95),
+                                  NegativeRule(margin=0.8, duplicate_cosine=0.9)])
 def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negatives(rule):
     rng = np.random.default_rng(7)
     q = unit(rng.normal(size=(200, 16)))
@@ -103,21 +102,23 @@ def test_hard_negatives_match_a_naive_reference_and_exclude_likely_false_negativ
         searched = np.argsort(-scores[i], kind="stable")[:10]  # what a depth-10 search retrieves
         plain = [j for j in searched if j != own_doc and scores[i, j] < own][:3]
         near_positive = {j for j in plain if scores[i, j] >= own - (1 - rule.margin) * abs(own)}
-        duplicate = {j for j in plain if d[first[j]] @ d[first[own_doc]] >= rule.duplicate_cosine} - near_positive
+        duplicate = {j for j in plain if rule.duplicate_cosine < 1
+                     and d[first[j]] @ d[first[own_doc]] >= rule.duplicate_cosine} - near_positive
         plain_rejected["near_positive"] += len(near_positive)
         plain_rejected["near_duplicate"] += len(duplicate)
         expected = [first[j] for j in searched if j != own_doc and scores[i, j] < own - (1 - rule.margin) * abs(own)
-                    and d[first[j]] @ d[first[own_doc]] < rule.duplicate_cosine][:3]
+                    and (rule.duplicate_cosine == 1 or d[first[j]] @ d[first[own_doc]] < rule.duplicate_cosine)][:3]
         assert res.negatives[i] == expected, i
         assert all(keys[j] != keys[i] for j in res.negatives[i])  # never a copy of its own document
     assert res.rejected == plain_rejected
     assert sum(map(len, res.negatives)) > 0.4 * len(q)
     if rule.duplicate_cosine < 1:  # the near copies are met, and kept out of each other's negatives
-        assert sum(res.rejected.values()) > 0
         assert not any(j in (100 + i, i) for i in range(10) for j in res.negatives[i] + res.negatives[100 + i])
-    else:
+    if rule == NegativeRule():  # the default: anything below the positive, as the plain rule
         assert res.rejected == {"near_positive": 0, "near_duplicate": 0}
         assert sum(map(len, res.negatives)) > 0.5 * 3 * len(q)
+    else:
+        assert sum(res.rejected.values()) > 0
     # A pair whose own document ranks second keeps the one above it out of its negatives.
     second = next(i for i in range(len(q)) if res.rank[i] == 2)
     above = first[int(np.argmax(scores[second]))]
@@ -132,7 +133,7 @@ def test_a_near_copy_of_the_positive_is_no_negative_even_when_it_scores_well_bel
     # query score 0.37: far below 0.95 of 0.5); another document at 80 (cosine 0.94 with the positive).
     q = np.stack([at(0), at(68), at(80)])
     d = np.stack([at(60), at(68), at(80)])
-    res = consistency_filter(q, d, k=1, negatives=2)
+    res = consistency_filter(q, d, k=1, negatives=2, rule=NegativeRule(duplicate_cosine=0.98))
     assert res.negatives[0] == [2]
     assert res.rejected["near_duplicate"] >= 1
     plain = consistency_filter(q, d, k=1, negatives=2, rule=NegativeRule(margin=1.0, duplicate_cosine=1.0))
