@@ -8,6 +8,7 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 
 from mosaic_core.config import TrackingConfig, TrainConfig
+from mosaic_core.modeling.losses import LOSS_TERMS
 from storage.lock import root_lock
 from tasks.negatives import with_hard_negatives
 from tasks.results import recorded_beside
@@ -20,10 +21,12 @@ def stage_dir(out_root: str, index: int, name: str) -> str:
 
 
 def stage_rows(results: list[dict]) -> list[dict]:
-    """One summary row per stage result: losses, last held-out retrieval, time, resume point."""
+    """One summary row per stage result: losses (every term a stage of the run recorded), last
+    held-out retrieval, time, resume point."""
+    terms = [t for t in LOSS_TERMS if any(r["final"].get(t) for r in results)]
     return [{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
              "loss": round(r["final"].get("total", 0.0), 4),
-             **{k: round(r["final"].get(k, 0.0), 4) for k in ("mlm", "contrastive")},
+             **{k: round(r["final"].get(k, 0.0), 4) for k in terms},
              **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
                 if k not in ("step", "n")},
              "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"], "model": r["out_dir"]}

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mosaic_core.config_base import Frozen
+from mosaic_core.config_base import DEFAULT_BASE, Frozen
 from mosaic_core.config_data import NegativeRule, PromptsConfig
 
 
@@ -46,7 +46,7 @@ class VocabConfig(Frozen):
     """Stage 1: the domain tokenizer, which of its tokens are added, and how their rows start."""
 
     base_model: str = Field(
-        "thenlper/gte-base", description="Hub id, local path, or offline:all-MiniLM-L6-v2."
+        DEFAULT_BASE, description="Hub id, local path, or offline:all-MiniLM-L6-v2."
     )
     prompts: PromptsConfig | None = Field(
         None, description="The prompts stage 1's model declares for the stages after it "

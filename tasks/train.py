@@ -27,6 +27,7 @@ from prefect.context import TaskRunContext
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.modeling.card import facts, render
 from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.losses import LOSS_TERMS
 from mosaic_core.modeling.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer import Hooks, PairSet, fail_after, merge
@@ -72,7 +73,7 @@ class LiveProgress:
         if TaskRunContext.get() is None:
             return
         done = 100 * record["step"] / max(record.get("total_steps", record["step"]), 1)
-        terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", "mlm", "contrastive") if record.get(k))
+        terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", *LOSS_TERMS) if record.get(k))
         score = record.get("eval", {}).get(SELECT_METRIC)
         text = (f"stage {self.stage.name}: step {record['step']}/{record.get('total_steps', '?')}; {terms}; "
                 f"{record.get('pairs_per_s', 0):.1f} pairs/s"
