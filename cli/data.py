@@ -11,7 +11,7 @@ from rich.table import Table
 
 from cli.common import DEFAULT_ROOT, DataRoot, Wait, _folder, _model, _run, app, console, out_console, raised
 from flows.runners import task_runner
-from mosaic_core.config import NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, PairConfig
+from mosaic_core.config import DEFAULT_BASE, NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, PairConfig
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 
@@ -135,7 +135,7 @@ def filter_pairs(
     ],
     data_root: DataRoot = DEFAULT_ROOT,
     model: Annotated[str, typer.Option(help=f"Filter model: hub id, local path, or {OFFLINE_MODEL}.")]
-    = "thenlper/gte-base",
+    = DEFAULT_BASE,
     k: Annotated[int, typer.Option(help="Keep a pair iff its own document is in its query's top k.")] = 2,
     threshold: Annotated[
         Optional[float], typer.Option(help="Threshold mode instead: keep pairs with cosine >= this.")
@@ -194,7 +194,7 @@ def pairs_islamic(
                                           "ayah_end, text} with inline (x:y) / (x:y-z) references.")],
     data_root: DataRoot = Path("mosaic-islamic"),
     model: Annotated[str, typer.Option(help=f"Scoring model: hub id, local path, or {OFFLINE_MODEL}.")]
-    = "thenlper/gte-base",
+    = DEFAULT_BASE,
     threshold: Annotated[float, typer.Option(help="Keep candidates with cosine >= this.")] = 0.5,
     wait: Wait = None,
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.common import _folder, _model, _run, app, out_console
-from mosaic_core.config import DistillConfig, VocabConfig
+from mosaic_core.config import DEFAULT_BASE, DistillConfig, VocabConfig
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 
@@ -22,7 +22,7 @@ def vocab(
     out: Annotated[Path, typer.Option(help="Directory for the expanded model, V_D and the report.")],
     base_model: Annotated[
         str, typer.Option(help=f"Hub id, local path, or {OFFLINE_MODEL} (offline default).")
-    ] = "thenlper/gte-base",
+    ] = DEFAULT_BASE,
     vocab_size: Annotated[
         Optional[int], typer.Option(help="Domain tokenizer size (default: the base vocabulary's).")
     ] = None,

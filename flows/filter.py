@@ -15,7 +15,7 @@ from mosaic_core.config import FilterConfig
 from mosaic_core.data.consistency import group_by_size
 from storage.lock import root_lock
 from storage.manifest import Manifest
-from tasks.filter import encode_partition_for, filter_chunk_for, list_partitions, score_report
+from tasks.filter import encode_partition, filter_chunk, list_partitions, score_report
 from tasks.ingest import refresh_catalog_task
 
 T = TypeVar("T")
@@ -43,10 +43,10 @@ def filter_flow(source: str, cfg: FilterConfig, root: str, concurrency: int | No
     ``None`` leaves it to the task runner (a Dask cluster runs one per worker)."""
     with root_lock(root, "filter flow"):
         parts = list_partitions(source, cfg)
-        encoded = bounded(lambda p: encode_partition_for(p, cfg, root).submit(p, cfg, root), parts, concurrency)
+        encoded = bounded(lambda p: encode_partition.submit(p, cfg, root), parts, concurrency)
         groups = group_by_size([e.rows for e in encoded], cfg.chunk_size)
         chunks = [(i, [encoded[j] for j in group]) for i, group in enumerate(groups)]
-        manifests = [m for done in bounded(lambda c: filter_chunk_for(c[1], root).submit(c[0], c[1], cfg, root),
+        manifests = [m for done in bounded(lambda c: filter_chunk.submit(c[0], c[1], cfg, root),
                                            chunks, concurrency) for m in done]
         refresh_catalog_task(root)
         create_markdown_artifact(key="filter-scores", markdown=score_report(root),

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from mosaic_core.config import IngestConfig
 from storage.lock import root_lock
 from storage.manifest import Manifest
-from tasks.ingest import fetch_file, ingest_file_for, list_snapshot, refresh_catalog_task
+from tasks.ingest import fetch_file, ingest_file, list_snapshot, refresh_catalog_task
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
             if isinstance(local, BaseException):
                 failures.append(f"{partition} (download): {local}")
             else:
-                ingesting[ingest_file_for(local, cfg, root).submit(local, cfg, root)] = partition
+                ingesting[ingest_file.submit(local, cfg, root)] = partition
         manifests = []
         bar_id = create_progress_artifact(0.0, key="ingest-progress", description="files ingested")
         with tqdm(total=len(files), desc="ingest", unit="file", disable=None if progress else True) as bar:

@@ -10,14 +10,14 @@ from mosaic_core.config import OwnPairsConfig
 from storage.lock import root_lock
 from storage.manifest import Manifest
 from tasks.ingest import refresh_catalog_task
-from tasks.own_pairs import import_pairs_for
+from tasks.own_pairs import import_pairs
 
 
 @flow(name="own-pairs")
 def own_pairs_flow(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
     """Bring the pairs of ``cfg.path`` into data root ``root`` (from cache when unchanged)."""
     with root_lock(root, "own-pairs flow"):
-        manifests = import_pairs_for(cfg, root)(cfg, root)
+        manifests = import_pairs(cfg, root)
         refresh_catalog_task(root)
         create_table_artifact(
             key="own-pairs", description=f"Pairs of {cfg.path}: kept and dropped by reason",

@@ -8,11 +8,12 @@ from prefect import flow
 from prefect.artifacts import create_table_artifact
 
 from mosaic_core.config import TrackingConfig, TrainConfig
+from mosaic_core.modeling.losses import LOSS_TERMS
 from storage.lock import root_lock
 from tasks.negatives import with_hard_negatives
 from tasks.results import recorded_beside
 from tasks.tracking import end_run, log_stage, start_run
-from tasks.train import default_processes, merge_task_for, train_stage_for
+from tasks.train import default_processes, merge_task, train_stage_task, with_warmup
 
 
 def stage_dir(out_root: str, index: int, name: str) -> str:
@@ -20,10 +21,12 @@ def stage_dir(out_root: str, index: int, name: str) -> str:
 
 
 def stage_rows(results: list[dict]) -> list[dict]:
-    """One summary row per stage result: losses, last held-out retrieval, time, resume point."""
+    """One summary row per stage result: losses (every term a stage of the run recorded), last
+    held-out retrieval, time, resume point."""
+    terms = [t for t in LOSS_TERMS if any(r["final"].get(t) for r in results)]
     return [{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
              "loss": round(r["final"].get("total", 0.0), 4),
-             **{k: round(r["final"].get(k, 0.0), 4) for k in ("mlm", "contrastive")},
+             **{k: round(r["final"].get(k, 0.0), 4) for k in terms},
              **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
                 if k not in ("step", "n")},
              "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"], "model": r["out_dir"]}
@@ -37,7 +40,9 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     """Run ``cfg.stages`` from ``input_model`` (a stage-1 output for domain-token MLM) on the
     pairs of ``pairs_source``; stage i writes ``out_root/<i>-<name>``, the optional merge step
     ``out_root/<n+1>-merge``. A stage reads its own ``pairs`` when it names them (seed 004's
-    general-then-domain training), else the run's. A completed stage comes from cache; a failed
+    general-then-domain training), else the run's. An input model without an MLM head gets a
+    head-only MLM warm-up before a joint first stage (``cfg.mlm_warmup``, numbered with the
+    stages). A completed stage comes from cache; a failed
     one resumes from its last checkpoint when the flow is run again. A pairs file is converted once
     into an examples file under ``out_root/examples`` that the stages memory-map. Stages needing hard
     negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.arrow``).
@@ -61,6 +66,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
            tracking: TrackingConfig | None, run_id: str | None) -> list[dict]:
     """:func:`train_flow`'s stages under the output root's lock; each logged to ``run_id``."""
     with root_lock(out_root, "train flow"):
+        cfg = with_warmup(cfg, input_model)
         results, model, mined = [], input_model, {}
         examples = str(Path(out_root) / "examples")
         for i, stage in enumerate(cfg.stages):
@@ -75,13 +81,13 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                         str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,
                         stage.prompts.model_dump() if stage.prompts else None, cfg.negative_rule)
                 source = mined[key]
-            results.append(train_stage_for(out)(model, source, stage, cfg, out, examples,
+            results.append(train_stage_task(model, source, stage, cfg, out, examples,
                                                 processes or default_processes()))
             model = out
             if run_id is not None:
                 log_stage(tracking, run_id, stage.name, out, {"pairs_source": source, "pairs": results[-1]["pairs"]})
         if cfg.merge_weights:
-            results.append(merge_task_for(stage_dir(out_root, len(cfg.stages), "merge"))(
+            results.append(merge_task(
                 input_model, model, source, cfg, stage_dir(out_root, len(cfg.stages), "merge"), examples))
         create_table_artifact(key="training-stages", table=stage_rows(results),
                               description="Training stages: final losses and held-out retrieval")

@@ -6,12 +6,12 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from mosaic_core.config import VocabConfig
-from tasks.vocab import expand_vocabulary_for
+from tasks.vocab import expand_vocabulary
 
 
 @flow(name="vocab")
 def vocab_flow(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
-    report = expand_vocabulary_for(out_dir)(corpus, cfg, out_dir)
+    report = expand_vocabulary(corpus, cfg, out_dir)
     create_markdown_artifact(
         key="vocab-report",
         markdown=(f"Stage 1 on `{corpus}` → `{out_dir}`: **{report['tokens_added']:,} tokens added**; "

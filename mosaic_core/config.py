@@ -9,12 +9,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mosaic_core.config_base import OFFLINE_MODEL, Frozen, file_name
+from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen, file_name
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
 
-__all__ = ["NCBI_PUBMED_URL", "OFFLINE_MODEL", "PRESETS", "DistillConfig", "EvalConfig", "EvalTaskSpec",
+__all__ = ["DEFAULT_BASE", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "PRESETS", "DistillConfig", "EvalConfig", "EvalTaskSpec",
            "FilterConfig", "Frozen", "GateConfig", "IngestConfig", "IslamicConfig", "OwnPairsConfig", "PairConfig",
            "PipelineConfig", "PromptsConfig", "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
 
@@ -111,7 +111,7 @@ class PipelineConfig(Frozen):
     """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
     (every section, every cross-field rule) before any work starts."""
 
-    base_model: str = Field("thenlper/gte-base", description="Model to adapt (stage 1 expands it).")
+    base_model: str = Field(DEFAULT_BASE, description="Model to adapt (stage 1 expands it).")
     model_kind: Literal["dense", "sparse"] = Field(
         "dense", description="dense or sparse (SPLADE) for stage 1 and every training stage (fills vocab.model_kind "
         "and each stage's model_kind).")

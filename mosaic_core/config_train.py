@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mosaic_core.config_base import Frozen
+from mosaic_core.config_base import DEFAULT_BASE, Frozen
 from mosaic_core.config_data import NegativeRule, PromptsConfig
 
 
@@ -46,7 +46,7 @@ class VocabConfig(Frozen):
     """Stage 1: the domain tokenizer, which of its tokens are added, and how their rows start."""
 
     base_model: str = Field(
-        "thenlper/gte-base", description="Hub id, local path, or offline:all-MiniLM-L6-v2."
+        DEFAULT_BASE, description="Hub id, local path, or offline:all-MiniLM-L6-v2."
     )
     prompts: PromptsConfig | None = Field(
         None, description="The prompts stage 1's model declares for the stages after it "
@@ -290,6 +290,11 @@ class TrainConfig(Frozen):
     document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
     negative_rule: NegativeRule = Field(NegativeRule(), description="Which documents may be hard negatives when "
                                         "they are mined for a pairs source without them.")
+    mlm_warmup: Literal["auto", "off"] = Field(
+        "auto", description="auto: when the input model ships no MLM head and the first stage trains the MLM term "
+        "(a joint stage), an MLM warm-up stage goes first and trains the head alone (encoder and embedding rows "
+        "frozen; at most the first stage's steps, stopping once the MLM loss is below 0.85·ln|V_D|), so that the "
+        "joint stage's MLM term starts from a trained head. off: the stages as given.")
 
     @field_validator("stages")
     @classmethod
@@ -310,6 +315,22 @@ class TrainConfig(Frozen):
         if self.merge_weights and not self.validation_pairs:
             raise ValueError("the merge step chooses its weight on validation pairs: set validation_pairs > 0")
         return self
+
+    def with_warmup(self, input_has_head: bool) -> TrainConfig:
+        """The stages trained from an input model with (``input_has_head``) or without an MLM head:
+        with ``mlm_warmup`` auto, a head-only MLM warm-up before a first stage that trains the MLM
+        term from an input without a head (MiniLM, most sentence-transformers models); else these."""
+        first = self.stages[0]
+        if self.mlm_warmup == "off" or input_has_head or first.kind != "joint" or not first.uses_mlm:
+            return self
+        keep = {"prompts", "batch_size", "chunk_size", "activation_gib", "accumulation", "precision", "seed",
+                "mlm_probability", "mlm_tokens", "query_max_length", "document_max_length", "checkpoint_every",
+                "log_every", "pairs", "query_column", "document_column", "model_kind", "epochs", "max_steps"}
+        name = next(n for n in ("mlm", "mlm-warmup", "warmup") if n not in {s.name for s in self.stages})
+        warmup = StageConfig.model_validate({
+            **first.model_dump(include=keep), "name": name, "kind": "mlm", "lr": 5e-4, "schedule": "constant",
+            "mlm_target": 0.85, "mlm_rows": False, "eval_every": None})
+        return self.model_copy(update={"stages": (warmup, *self.stages)})
 
     def columns_for(self, stage: StageConfig) -> tuple[str, str]:
         """(query column, document column) of ``stage``'s pairs."""

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from prefect import Task, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
@@ -30,7 +30,7 @@ from storage.manifest import Manifest, outputs_whole, read_manifest, write_manif
 from storage.pairs_io import CorpusError, PairPartition, list_pair_partitions, read_pair_partition
 from storage.parquet import write_partition
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, verified
 
 log = logging.getLogger(__name__)
 STAGE = "filter"
@@ -96,6 +96,12 @@ def _encode_key(context: TaskRunContext, p: dict) -> str:
                                str(DataLayout(p["root"]).root))
 
 
+def _encode_output(p: dict) -> tuple[Path, bool]:
+    layout = DataLayout(p["root"])
+    return layout.results_dir, embeddings_path(layout, p["cfg"].encoding_hash(), p["part"].name).exists()
+
+
+@verified(_encode_output)
 @task(name="encode-partition", cache_key_fn=_encode_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0, task_run_name="encode-{part.name}")
 def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
@@ -116,6 +122,13 @@ def _filter_key(context: TaskRunContext, p: dict) -> str:
                                FILTER_VERSION, str(DataLayout(p["root"]).root))
 
 
+def _filter_output(p: dict) -> tuple[Path, bool]:
+    layout = DataLayout(p["root"])
+    manifests = [read_manifest(layout, STAGE, e.partition.name) for e in p["encoded"]]
+    return layout.results_dir, all(m is not None and outputs_whole(m) for m in manifests)
+
+
+@verified(_filter_output)
 @task(name="filter-chunk", cache_key_fn=_filter_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0, task_run_name="filter-chunk-{chunk}")
 def filter_chunk(chunk: int, encoded: list[EncodedPartition], cfg: FilterConfig, root: str) -> list[Manifest]:
@@ -192,20 +205,6 @@ def require_pairs_left(layout: DataLayout, cfg: FilterConfig, source: str) -> No
         f"{len(parts)} partition(s) and every one was dropped ({reasons}). Loosen the filter ({lower}), or check "
         f"the input: are --query-column/--document-column ({cfg.query_column}/{cfg.document_column}) the right "
         "columns, and does each document belong to its query?")
-
-
-def encode_partition_for(part: PairPartition, cfg: FilterConfig, root: str) -> Task:
-    """``encode_partition`` with its cache bypassed when the stored embeddings are gone."""
-    present = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name).exists()
-    return encode_partition.with_options(result_storage=DataLayout(root).results_dir, refresh_cache=not present)
-
-
-def filter_chunk_for(encoded: list[EncodedPartition], root: str) -> Task:
-    """``filter_chunk`` with its cache bypassed when an output partition is gone."""
-    layout = DataLayout(root)
-    manifests = [read_manifest(layout, STAGE, e.partition.name) for e in encoded]
-    present = all(m is not None and outputs_whole(m) for m in manifests)
-    return filter_chunk.with_options(result_storage=DataLayout(root).results_dir, refresh_cache=not present)
 
 
 @task(name="score-report", cache_policy=NO_CACHE)

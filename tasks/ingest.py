@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import datetime, timezone
+from pathlib import Path
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
@@ -19,7 +20,7 @@ from storage.layout import DataLayout
 from storage.manifest import Manifest, is_current, write_manifest
 from storage.parquet import write_partition
 from storage.sources import LocalFile, SourceFile, TransientDownloadError, fetch, list_source
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, verified
 
 log = logging.getLogger(__name__)
 STAGE = "ingest"
@@ -65,6 +66,13 @@ def _ingest_cache_key(context: TaskRunContext, parameters: dict) -> str:
     return f"ingest-{local.md5}-{cfg.pairs.config_hash()}-{CODE_VERSION}-{root}"
 
 
+def _ingest_output(p: dict) -> tuple[Path, bool]:
+    layout, local, cfg = DataLayout(p["root"]), p["local"], p["cfg"]
+    return layout.results_dir, is_current(layout, STAGE, local.source.partition, local.md5, cfg.pairs.config_hash(),
+                                          CODE_VERSION)
+
+
+@verified(_ingest_output)
 @task(name="ingest-file", cache_key_fn=_ingest_cache_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0, task_run_name="ingest-{local.source.partition}")
 def ingest_file(local: LocalFile, cfg: IngestConfig, root: str) -> Manifest:
@@ -120,15 +128,6 @@ def ingest_file(local: LocalFile, cfg: IngestConfig, root: str) -> Manifest:
             f"marked the partition partial. {stats.error}"
         )
     return manifest
-
-
-def ingest_file_for(local: LocalFile, cfg: IngestConfig, root: str) -> Task:
-    """``ingest_file`` configured for this data root: results persisted beside the data, and
-    Prefect's cache bypassed when the partition on disk is missing or stale."""
-    current = is_current(DataLayout(root), STAGE, local.source.partition, local.md5,
-                         cfg.pairs.config_hash(), CODE_VERSION)
-    return ingest_file.with_options(result_storage=DataLayout(root).results_dir,
-                                    refresh_cache=not current)
 
 
 @task(name="refresh-catalog", cache_policy=NO_CACHE)

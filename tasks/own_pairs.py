@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
+from pathlib import Path
 
-from prefect import Task, task
+from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
@@ -28,7 +29,7 @@ from storage.own_pairs import check_own_pairs, content_hash, iter_pairs
 from storage.pairs_io import CorpusError
 from storage.parquet import write_partition
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, verified
 
 log = logging.getLogger(__name__)
 PREFIX = "pairs-"
@@ -75,6 +76,15 @@ def _remove_beyond(layout: DataLayout, count: int) -> None:
             layout.manifest_path("ingest", path.name.removeprefix("source=")).unlink(missing_ok=True)
 
 
+def _import_output(p: dict) -> tuple[Path, bool]:
+    cfg, layout = p["cfg"], DataLayout(p["root"])
+    digest = content_hash(check_own_pairs(cfg.path, cfg.query_column, cfg.document_column))
+    parts = [path.name.removeprefix("source=") for path in layout.dataset_dir("citations").glob(f"source={PREFIX}*")]
+    return layout.results_dir, bool(parts) and all(
+        is_current(layout, "ingest", part, digest, cfg.config_hash(), CODE_VERSION) for part in parts)
+
+
+@verified(_import_output)
 @task(name="import-pairs", cache_key_fn=_import_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def import_pairs(cfg: OwnPairsConfig, root: str) -> list[Manifest]:
     """Read ``cfg.path`` in batches and write its pairs, normalised and filtered, as partitions
@@ -111,17 +121,6 @@ def _reasons(stats: PairStats) -> str:
 def _none_left(source: str, stats: PairStats) -> CorpusError:
     return CorpusError(f"{source}: no pairs left after the filters ({stats.rows:,} rows read; dropped: "
                        f"{_reasons(stats)}); check pairs.query_column / document_column and the min_*_words thresholds")
-
-
-def import_pairs_for(cfg: OwnPairsConfig, root: str) -> Task:
-    """``import_pairs`` with Prefect's cache bypassed when a partition it made is gone or stale."""
-    layout = DataLayout(root)
-    digest = content_hash(check_own_pairs(cfg.path, cfg.query_column, cfg.document_column))
-    parts = [p.name.removeprefix("source=") for p in layout.dataset_dir("citations").glob(f"source={PREFIX}*")]
-    present = bool(parts) and all(is_current(layout, "ingest", part, digest, cfg.config_hash(), CODE_VERSION)
-                                  for part in parts)
-    return import_pairs.with_options(result_storage=layout.results_dir, refresh_cache=not present)
-
 
 
 def _too_few(source: str, distinct: int, rows: int, batch: int, heldout: int, validation: int) -> CorpusError | None:

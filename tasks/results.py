@@ -12,6 +12,7 @@ task runs again and replaces it, and no pickle is ever read.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -76,12 +77,54 @@ def json_only(key_fn: Callable[[TaskRunContext, dict], str]) -> Callable[[TaskRu
     return checked
 
 
-def recorded_beside(task: Task, out_path: str, **options) -> Task:
-    """``task`` (with ``options``) keeping its cache record with the data it describes: in
-    ``DATA_ROOT/.prefect-results`` when ``out_path`` lies in a data root, so that a rerun from
-    another Prefect home (a container, CI, a restored root) finds it; a command writing outside
-    any data root keeps Prefect's default (``$PREFECT_HOME/storage``)."""
+def results_beside(out_path: str) -> Path | None:
+    """Where a task writing ``out_path`` keeps its cache record: ``DATA_ROOT/.prefect-results``
+    when ``out_path`` lies in a data root, so that a rerun from another Prefect home (a container,
+    CI, a restored root) finds it; None outside any data root (Prefect's default,
+    ``$PREFECT_HOME/storage``)."""
     root = data_root_of(out_path)
-    if root is not None:
-        options["result_storage"] = DataLayout(str(root)).results_dir
+    return None if root is None else DataLayout(str(root)).results_dir
+
+
+def recorded_beside(task: Task, out_path: str, **options) -> Task:
+    """``task`` (with ``options``) keeping its cache record where :func:`results_beside` says."""
+    if (results := results_beside(out_path)) is not None:
+        options["result_storage"] = results
     return task.with_options(**options)
+
+
+Output = Callable[[dict], tuple[Path | None, bool]]
+"""A task's arguments, by name → (where its cache record lives, None for Prefect's default;
+whether the output the record describes is whole on disk)."""
+
+
+class Verified:
+    """A persisted task whose cached result is used only while the output it describes verifies:
+    each call or ``submit`` asks ``output`` with the call's arguments, keeps the record where it
+    says, and bypasses the cache (the task runs again and replaces the record) when the output
+    is gone or damaged. Everything else (``fn``, ``name``, ``with_options``) is the task's."""
+
+    def __init__(self, task: Task, output: Output):
+        self.task, self.output = task, output
+        self._signature = inspect.signature(task.fn)
+
+    def __getattr__(self, name: str):
+        return getattr(self.task, name)
+
+    def _checked(self, args: tuple, kwargs: dict) -> Task:
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        results, whole = self.output(bound.arguments)
+        return self.task.with_options(refresh_cache=not whole,
+                                      **({"result_storage": results} if results is not None else {}))
+
+    def __call__(self, *args, **kwargs):
+        return self._checked(args, kwargs)(*args, **kwargs)
+
+    def submit(self, *args, **kwargs):
+        return self._checked(args, kwargs).submit(*args, **kwargs)
+
+
+def verified(output: Output) -> Callable[[Task], Verified]:
+    """Decorator of a persisted ``@task`` (placed above it): see :class:`Verified`."""
+    return lambda task: Verified(task, output)

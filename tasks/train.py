@@ -20,13 +20,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from prefect import Task, task
+from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.context import TaskRunContext
 
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.modeling.card import facts, render
+from mosaic_core.modeling.dual_encoder import ships_mlm_head
 from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.losses import LOSS_TERMS
 from mosaic_core.modeling.modeldir import is_complete_stage, read_stage_record, write_card, write_stage_record
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer import Hooks, PairSet, fail_after, merge
@@ -36,7 +38,7 @@ from mosaic_core.versioning import code_version
 from storage.examples import examples_file, map_examples, read_batches
 from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only, recorded_beside
+from tasks.results import SERIALIZER, json_only, results_beside, verified
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(trainer_stage)  # and all it imports (mosaic_core/versioning.py)
@@ -72,7 +74,7 @@ class LiveProgress:
         if TaskRunContext.get() is None:
             return
         done = 100 * record["step"] / max(record.get("total_steps", record["step"]), 1)
-        terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", "mlm", "contrastive") if record.get(k))
+        terms = ", ".join(f"{k} {record[k]:.4f}" for k in ("total", *LOSS_TERMS) if record.get(k))
         score = record.get("eval", {}).get(SELECT_METRIC)
         text = (f"stage {self.stage.name}: step {record['step']}/{record.get('total_steps', '?')}; {terms}; "
                 f"{record.get('pairs_per_s', 0):.1f} pairs/s"
@@ -103,10 +105,28 @@ def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir
                           cfg.validation_pairs, cfg.validation_pool)
 
 
+def with_warmup(cfg: TrainConfig, input_model: str) -> TrainConfig:
+    """``cfg`` with the MLM warm-up that ``input_model`` needs (:meth:`TrainConfig.with_warmup`:
+    a head-only warm-up before a joint first stage when the model ships no MLM head), said in the log."""
+    if cfg.mlm_warmup == "off" or cfg.stages[0].kind != "joint":
+        return cfg  # nothing to decide: the model is not loaded
+    out = cfg.with_warmup(ships_mlm_head(input_model))
+    if out is not cfg:
+        log.info("%s ships no MLM head: stage %s trains one (the head alone, at most %s steps) before stage %s "
+                 "(train.mlm_warmup: off leaves it out)", input_model, out.stages[0].name,
+                 out.stages[0].max_steps or f"{out.stages[0].epochs} passes' ", cfg.stages[0].name)
+    return out
+
+
 def default_processes() -> int:
     return max(1, torch.cuda.device_count())
 
 
+def _stage_output(p: dict) -> tuple[Path | None, bool]:
+    return results_beside(p["out_dir"]), is_complete_stage(p["out_dir"])
+
+
+@verified(_stage_output)
 @task(name="train-stage", task_run_name="train-{stage.name}", cache_key_fn=_stage_cache_key,
       persist_result=True, result_serializer=SERIALIZER, retries=0)
 def train_stage_task(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainConfig, out_dir: str,
@@ -154,6 +174,7 @@ def _merge_cache_key(context: TaskRunContext, p: dict) -> str:
                      cfg.config_hash(), code_version(merge), str(Path(p["out_dir"]).resolve()))
 
 
+@verified(_stage_output)
 @task(name="merge", cache_key_fn=_merge_cache_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainConfig, out_dir: str,
                examples_dir: str) -> dict:
@@ -179,12 +200,3 @@ def merge_task(start_model: str, end_model: str, pairs_source: str, cfg: TrainCo
              ", ".join(f"{s['weight']:g}: {s['ndcg@10']:.4f}" for s in scores))
     return result
 
-
-def merge_task_for(out_dir: str) -> Task:
-    """``merge_task``, bypassing Prefect's cache when its model is gone."""
-    return recorded_beside(merge_task, out_dir, refresh_cache=not is_complete_stage(out_dir))
-
-
-def train_stage_for(out_dir: str) -> Task:
-    """``train_stage_task``, bypassing Prefect's cache when the stage's model is gone."""
-    return recorded_beside(train_stage_task, out_dir, refresh_cache=not is_complete_stage(out_dir))

@@ -6,7 +6,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from prefect import Task, task
+from prefect import task
 from prefect.context import TaskRunContext
 from tqdm.auto import tqdm
 
@@ -19,7 +19,7 @@ from mosaic_core.vocab import build as vocab
 from mosaic_core.vocab.sample import bottom_k
 from storage.pairs_io import corpus_fingerprint, iter_corpus_texts
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only, recorded_beside
+from tasks.results import SERIALIZER, json_only, results_beside, verified
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(vocab)  # and all it imports (mosaic_core/versioning.py)
@@ -39,6 +39,11 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
     )
 
 
+def _vocab_output(p: dict) -> tuple[Path | None, bool]:
+    return results_beside(p["out_dir"]), has_domain_ids(p["out_dir"]) and is_whole_model(p["out_dir"])
+
+
+@verified(_vocab_output)
 @task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0)
 def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
@@ -61,8 +66,3 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
         raise
     return {"out_dir": out_dir, **asdict(report)}
 
-
-def expand_vocabulary_for(out_dir: str) -> Task:
-    """``expand_vocabulary``, bypassing Prefect's cache when the output directory is gone."""
-    done = has_domain_ids(out_dir) and is_whole_model(out_dir)
-    return recorded_beside(expand_vocabulary, out_dir, refresh_cache=not done)

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from mosaic_core.evaluate.report import bar_chart, box_plot, differences_table, grid, paired_differences
 from mosaic_core.evaluate.scoring import TaskScore
+from mosaic_core.modeling.losses import LOSS_TERMS
 from mosaic_core.trainer.heldout import SELECT_METRIC
 
 
@@ -118,7 +119,7 @@ def training_curves(stages: list[dict], out_dir: Path) -> list[Path]:
         records = [json.loads(line) for line in log_path.read_text().splitlines()]
         fig = Figure(figsize=(6, 3.2))
         ax = fig.subplots()
-        for term in ("total", "mlm", "contrastive"):
+        for term in ("total", *LOSS_TERMS):
             points = [(r["step"], r[term]) for r in records if r.get(term)]
             if points:
                 ax.plot(*zip(*points, strict=True), label=term)

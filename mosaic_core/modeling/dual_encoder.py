@@ -110,6 +110,13 @@ class DualEncoder(nn.Module):
         return pooled, self.head.transform(hidden[selected]), labels[selected]
 
 
+def ships_mlm_head(model: str) -> bool:
+    """Whether :func:`build_model` loads an MLM head for ``model`` (a stage's saved head, or the
+    checkpoint's own ``*ForMaskedLM`` weights) rather than starting one fresh."""
+    resolved = resolve_model(model)
+    return load_head(resolved) is not None or masked_lm_with_head(resolved) is not None
+
+
 def build_model(model: str, pooling: Pooling | None = None, with_mlm: bool = True,
                 kind: ModelKind = "dense") -> tuple[DualEncoder, bool]:
     """(model, whether the MLM head came from the checkpoint); ``kind`` ``sparse`` needs the head.

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mosaic_core.config_train import StageConfig
 from mosaic_core.modeling import sparse
 
 IGNORE = -100
@@ -156,6 +157,20 @@ def mask_tokens(
     picks = torch.randint(len(random_ids), input_ids.shape, generator=generator, device="cpu").to(input_ids.device)
     masked[to_random] = random_ids[picks[to_random]]
     return masked, labels
+
+
+LOSS_TERMS: tuple[str, ...] = ("mlm", "contrastive", "flops")
+"""Every term :class:`JointLoss` can return besides ``total``, in the order shown: the progress
+bar, the log, the Prefect progress artifact, the stage table, the run report's curves and the
+trackers read this tuple, so a new term is declared here, and in :func:`loss_terms`, only."""
+
+
+def loss_terms(stage: StageConfig) -> list[str]:
+    """The terms of :data:`LOSS_TERMS` that ``stage`` computes (its bar and log show only these)."""
+    on = {"mlm": stage.kind == "mlm" or (stage.kind == "joint" and stage.alpha > 0),
+          "contrastive": stage.kind != "mlm",
+          "flops": stage.kind != "mlm" and stage.model_kind == "sparse"}
+    return [t for t in LOSS_TERMS if on[t]]
 
 
 class JointLoss(nn.Module):

@@ -116,11 +116,6 @@ def write_card(model_dir: Path, text: str) -> None:
     _write_text(Path(model_dir) / MODEL_CARD, text)
 
 
-def read_card(model_dir: str | Path) -> str | None:
-    path = Path(model_dir) / MODEL_CARD
-    return path.read_text() if path.is_file() else None
-
-
 # -- a stage's record -------------------------------------------------------------------------
 
 _RECORD_PATHS = (("input_model",), ("start_model",), ("result", "out_dir"))

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from mosaic_core.config import StageConfig
 from mosaic_core.modeling.dual_encoder import DualEncoder
+from mosaic_core.modeling.losses import loss_terms
 from mosaic_core.trainer.build import TrainParts
 from mosaic_core.trainer.data import PairSet, prefetched
 from mosaic_core.trainer.gradcache import joint_backward, mlm_backward
@@ -86,13 +87,6 @@ def mlm_window_mean(window: list[dict], world: int) -> float:
         torch.distributed.all_reduce(mean)
         mean /= world
     return float(mean)
-
-
-def loss_terms(stage: StageConfig) -> list[str]:
-    """The loss terms this stage computes: the bar and the log show only these."""
-    mlm = stage.kind == "mlm" or (stage.kind == "joint" and stage.alpha > 0)
-    flops = stage.kind != "mlm" and stage.model_kind == "sparse"
-    return [t for t, on in (("mlm", mlm), ("contrastive", stage.kind != "mlm"), ("flops", flops)) if on]
 
 
 def keeps_best(stage: StageConfig) -> bool:

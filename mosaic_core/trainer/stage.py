@@ -24,7 +24,8 @@ from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer.build import TrainParts, build_parts
 from mosaic_core.trainer.data import PairSet
 from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe
-from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, loss_terms, warmup_target, window_means
+from mosaic_core.modeling.losses import LOSS_TERMS, loss_terms
+from mosaic_core.trainer.loop import Hooks, StepLoop, keeps_best, warmup_target, window_means
 from mosaic_core.trainer.state import Best, TrainState, load_state, restore_best
 from mosaic_core.trainer.tracking import stage_tracker
 from mosaic_core.versioning import runtime
@@ -169,7 +170,7 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
     tracker = None if parts.rank else stage_tracker(out_dir, {
         "stage": stage.model_dump(mode="json"), "input_model": input_model, "pairs": len(data),
         "domain_vocab": 0 if parts.domain_ids is None else len(parts.domain_ids)}, state.resumed_from, reference,
-        {"mlm", "contrastive", "flops"} - set(loss_terms(stage)))
+        set(LOSS_TERMS) - set(loss_terms(stage)))
     if tracker is not None:
         hooks = replace(hooks, on_record=_chain(tracker, hooks.on_record))
     try:

@@ -54,3 +54,19 @@ def test_beating_the_control_needs_a_control():
             PipelineConfig.load({"control": off, "gate": {"beat_control": True}})
         assert not PipelineConfig.load({"control": off}).trains_control
     assert PipelineConfig.load({"gate": {"beat_control": True}}).control == "contrastive"  # the default
+
+
+def test_a_base_without_an_mlm_head_gets_a_head_only_warm_up_before_the_joint_stage():
+    train = TrainConfig.preset("paper", {"max_steps": 12, "batch_size": 8})
+    warm = train.with_warmup(input_has_head=False)
+    assert [(s.name, s.kind) for s in warm.stages] == [("mlm", "mlm"), ("joint", "joint"),
+                                                       ("contrastive", "contrastive")]
+    first = warm.stages[0]
+    assert (first.mlm_rows, first.max_steps, first.batch_size, first.mlm_target) == (False, 12, 8, 0.85)
+    assert warm.control().stages[0].max_steps == train.control().stages[0].max_steps == 24  # frozen encoder
+    assert train.with_warmup(input_has_head=True) is train  # a base with a head: the paper preset
+    assert train.model_copy(update={"mlm_warmup": "off"}).with_warmup(False).stages == train.stages
+    contrastive_only = TrainConfig.preset("contrastive-only")
+    assert contrastive_only.with_warmup(False) is contrastive_only  # no MLM term to warm up
+    warmup_preset = TrainConfig.preset("warmup")
+    assert warmup_preset.with_warmup(False) is warmup_preset  # a warm-up already first

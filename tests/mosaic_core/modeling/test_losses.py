@@ -83,3 +83,26 @@ def test_joint_loss_components():
     out = JointLoss(alpha=0.3, scale=50.0)(q, d, torch.tensor(2.0))
     assert out["total"].item() == pytest.approx(0.3 * 2.0 + out["contrastive"].item())
     assert JointLoss()(q, d, None)["mlm"].item() == 0.0
+
+
+def test_every_display_of_the_losses_reads_the_declared_terms():
+    # The stage table shows each term some stage of the run recorded (the SPLADE `flops` term
+    # included), and no column for a term no stage computed.
+    from flows.train import stage_rows
+    from mosaic_core.config import StageConfig
+    from mosaic_core.modeling.losses import LOSS_TERMS, loss_terms
+
+    def result(stage: str, final: dict) -> dict:
+        return {"stage": stage, "steps": 3, "pairs": 10, "final": final, "evals": [], "seconds": 6,
+                "resumed_from": None, "out_dir": f"/x/{stage}"}
+
+    sparse = [result("joint", {"total": 3.0, "mlm": 2.0, "contrastive": 0.5, "flops": 0.1}),
+              result("contrastive", {"total": 0.6, "contrastive": 0.5, "flops": 0.1})]
+    rows = stage_rows(sparse)
+    assert [k for k in rows[0] if k in LOSS_TERMS] == ["mlm", "contrastive", "flops"]
+    assert rows[1]["flops"] == 0.1 and rows[1]["mlm"] == 0.0
+    dense = stage_rows([result("contrastive", {"total": 0.6, "contrastive": 0.6})])
+    assert [k for k in dense[0] if k in LOSS_TERMS] == ["contrastive"]
+    assert loss_terms(StageConfig(name="s", kind="joint", model_kind="sparse")) == ["mlm", "contrastive", "flops"]
+    assert loss_terms(StageConfig(name="w", kind="mlm")) == ["mlm"]
+    assert set(loss_terms(StageConfig(name="c", kind="contrastive"))) <= set(LOSS_TERMS)
