@@ -9,7 +9,7 @@ from flows.train import train_flow
 from mosaic_core.config import StageConfig, TrainConfig
 from mosaic_core.data.consistency import consistency_filter
 from mosaic_core.modeling.encode import Encoder
-from mosaic_core.modeling.modeldir import read_stage_record
+from mosaic_core.modeling.modeldir import has_trained_head, read_stage_record
 from mosaic_core.vocab.build import build_expanded_model
 from storage.examples import map_examples
 from tasks.train import FAIL_ENV
@@ -36,7 +36,7 @@ def config(**kw) -> TrainConfig:
     common = dict(batch_size=6, chunk_size=3, max_steps=3, lr=1e-3, precision="fp32", checkpoint_every=1)
     stages = (StageConfig(name="joint", kind="joint", **common),
               StageConfig(name="contrastive", kind="contrastive", **common))
-    return TrainConfig(stages=stages, **{"heldout_pairs": 4, **kw})
+    return TrainConfig(stages=stages, **{"heldout_pairs": 4, "mlm_warmup": "off", **kw})
 
 
 def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeypatch):
@@ -73,10 +73,20 @@ def test_stages_chain_cache_and_a_failed_stage_resumes(inputs, tmp_path, monkeyp
     assert changed[0]["pairs"] == len(PAIRS) - 2 - 4  # a new data split retrains
 
 
+def test_a_stage_1_without_an_mlm_head_gets_the_warm_up_first(inputs, tmp_path, caplog):
+    stage1, corpus = inputs  # stage 1 of a tiny BERT saved without its MLM head
+    warmup, joint, contrastive = train_flow(stage1, corpus, config(mlm_warmup="auto"), str(tmp_path / "run"))
+    assert [r["stage"] for r in (warmup, joint, contrastive)] == ["mlm", "joint", "contrastive"]
+    assert warmup["out_dir"].endswith("1-mlm") and contrastive["out_dir"].endswith("3-contrastive")
+    assert warmup["steps"] <= 3 and has_trained_head(warmup["out_dir"])  # at most the joint stage's steps
+    assert read_stage_record(tmp_path / "run" / "2-joint")["input_model"] == str((tmp_path / "run" / "1-mlm").resolve())
+    assert not any("has no MLM head" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
 def test_two_process_data_parallel_stage(inputs, tmp_path):
     stage1, corpus = inputs
     cfg = TrainConfig(stages=(StageConfig(name="joint", kind="joint", batch_size=6, max_steps=2, lr=1e-3,
-                                          precision="fp32"),), heldout_pairs=4)
+                                          precision="fp32"),), heldout_pairs=4, mlm_warmup="off")
     (result,) = train_flow(stage1, corpus, cfg, str(tmp_path / "ddp"), processes=2)
     assert result["world"] == 2 and result["steps"] == 2
     assert (tmp_path / "ddp" / "1-joint" / "model.safetensors").exists()
