@@ -109,6 +109,8 @@ class Verified:
         self._signature = inspect.signature(task.fn)
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("task", "output", "_signature"):  # unpickling: not set yet
+            raise AttributeError(name)
         return getattr(self.task, name)
 
     def _checked(self, args: tuple, kwargs: dict) -> Task:

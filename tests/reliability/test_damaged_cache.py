@@ -109,3 +109,21 @@ def test_a_damaged_decision_record_is_left_out_of_mosaic_history(tmp_path, caplo
         cat.refresh()
         assert [r[1] for r in cat.decisions(10)] == ["r1"]
     assert any("r2.json is damaged" in r.getMessage() for r in caplog.records)
+
+
+def test_a_verified_task_asks_its_output_and_travels_to_a_dask_worker(tmp_path):
+    import pickle
+
+    import cloudpickle
+
+    from tasks.ingest import ingest_file
+    from tasks.results import Verified
+    from tasks.train import train_stage_task
+
+    shipped = pickle.loads(cloudpickle.dumps(ingest_file))  # as Dask sends a flow's tasks to its workers
+    assert isinstance(shipped, Verified) and shipped.name == "ingest-file" and shipped.fn.__name__ == "ingest_file"
+    out = tmp_path / "root" / "models" / "1-joint"
+    (tmp_path / "root" / "manifests").mkdir(parents=True)
+    checked = train_stage_task._checked(("base", "pairs", None, None, str(out), "examples"), {})
+    assert checked.refresh_cache  # no model there: the cached record is not trusted
+    assert str(checked.result_storage) == str(DataLayout(str(tmp_path / "root")).results_dir)
