@@ -36,7 +36,7 @@ from train_step import bert_base  # noqa: E402
 from mosaic_core.config import FilterConfig  # noqa: E402
 from mosaic_core.data.consistency import consistency_filter, search_top  # noqa: E402
 from mosaic_core.modeling.encode import GPU_BATCH_TOKENS, Encoder  # noqa: E402
-from mosaic_core.modeling.export import cached_export, exported_encoder  # noqa: E402
+from mosaic_core.export import cached_export, exported_encoder  # noqa: E402
 from mosaic_core.modeling.refs import OFFLINE_MODEL, resolve_model  # noqa: E402
 
 

@@ -44,7 +44,7 @@ def export(
     NDCG@10 within 0.5 points on --pairs), else the export is refused with the numbers (exit 1)
     and nothing is written. A static export keeps domain tokens whole. Needs
     `pip install -e '.[export]'`."""
-    from mosaic_core.modeling.export import ExportRefused, ExportUnavailable, export_model
+    from mosaic_core.export import ExportRefused, ExportUnavailable, export_model
 
     out_dir = _folder(out, "--out")
     source = _model(model)

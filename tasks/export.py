@@ -11,7 +11,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from mosaic_core.modeling.export import MANIFEST, ExportRefused, export_model
+from mosaic_core.export import MANIFEST, ExportRefused, export_model
 from mosaic_core.trainer.heldout import heldout_split
 from storage.layout import DataLayout
 from storage.lock import root_lock

@@ -17,7 +17,8 @@ from prefect.context import TaskRunContext
 
 from mosaic_core.config import FilterConfig
 from mosaic_core.data import consistency
-from mosaic_core.modeling import encode, export
+from mosaic_core import export
+from mosaic_core.modeling import encode
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.prompts import resolve_prompts
 from mosaic_core.modeling.refs import resolve_model

@@ -9,9 +9,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("mosaic_core", "storage", "tasks", "flows", "deployments", "cli")
 LAYER = {"mosaic_core": 0, "storage": 0, "tasks": 1, "flows": 2, "deployments": 3, "cli": 4}
 """An import may only go to a lower layer or its own; core and storage never import each other."""
-CORE = {"config": 0, "versioning": 0, "data": 1, "modeling": 1, "vocab": 2, "trainer": 3, "evaluate": 4}
+CORE = {"config": 0, "versioning": 0, "data": 1, "modeling": 1, "vocab": 2, "export": 2, "trainer": 3, "evaluate": 4}
 """Within mosaic_core, the pipeline from the bottom: data and modeling are side by side (neither
-imports the other), stage 1 builds on modeling, the trainer on both, evaluation on everything."""
+imports the other), stage 1 and the exports build on modeling, the trainer on both, evaluation on
+everything."""
 
 
 def modules() -> dict[str, Path]:

@@ -192,16 +192,45 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
     return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
 
 
-def _distill(encoder, pooling: str, base_tok, expanded, new_ids: list[int], texts: tuple[list[str], list[str]],
-             cfg: VocabConfig, out_dir: Path, progress: bool, clock: _Clock) -> dict | None:
-    """The distillation's result when ``cfg.init`` asks for one (the rows of ``new_ids`` hold the
-    mean of their pieces on entry and the distilled rows on return), else ``None``."""
+@dataclass
+class Expansion:
+    """The model as stage 1 expands it: the encoder (its rows for the new tokens included) and its
+    pooling, the base and the expanded tokenizers, and the new tokens (``entries``: token → its
+    base pieces; their ``new_ids`` and ``piece_ids``)."""
+
+    encoder: torch.nn.Module
+    pooling: str
+    base_tok: PreTrainedTokenizerBase
+    expanded: PreTrainedTokenizerBase
+    entries: dict[str, list[str]]
+    new_ids: list[int]
+    piece_ids: list[list[int]]
+
+    def drift(self, texts: list[str], length: int) -> dict:
+        """How far the expanded model's embeddings of ``texts`` are from the base's (:func:`drift`)."""
+        return drift(self.encoder, self.pooling, self.base_tok, self.expanded, texts, length)
+
+
+@dataclass
+class Drifts:
+    """What the new rows did to the embeddings, as the report shows it."""
+
+    mean_init: dict | None = None
+    distilled: dict | None = None
+    final: dict | None = None
+    per_token: dict | None = None
+
+
+def _distill(x: Expansion, texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path, progress: bool,
+             clock: _Clock) -> dict | None:
+    """The distillation's result when ``cfg.init`` asks for one (the new rows hold the mean of
+    their pieces on entry and the distilled rows on return), else ``None``."""
     if cfg.init != "distill":
         return None
-    fingerprint = hashlib.sha256(json.dumps([new_ids, expanded.convert_ids_to_tokens(new_ids),
+    fingerprint = hashlib.sha256(json.dumps([x.new_ids, x.expanded.convert_ids_to_tokens(x.new_ids),
                                              cfg.model_dump(mode="json")]).encode()).hexdigest()
-    result = distill_rows(encoder, pooling, base_tok, expanded, new_ids, *texts, cfg.distill, out_dir, fingerprint,
-                          progress=progress).to_dict()
+    result = distill_rows(x.encoder, x.pooling, x.base_tok, x.expanded, x.new_ids, *texts, cfg.distill, out_dir,
+                          fingerprint, progress=progress).to_dict()
     clock.lap("distillation")
     return result
 
@@ -221,101 +250,94 @@ def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
     return plan.selector.settle(start, cfg.min_count, cfg.max_tokens), drop
 
 
-def _pruned_model(plan: VocabPlan, selection: Selection, rows: dict[str, torch.Tensor], encoder, base_tok,
-                  out_dir: Path) -> tuple:
-    """The tokenizer of ``selection`` (saved to ``out_dir``) and the encoder's rows for it: a kept
-    token keeps its row in ``rows``; ids stay contiguous from ``plan.first_id``. Returns
-    (tokenizer, entries, new ids, piece ids)."""
-    expanded, entries = expand_tokenizer(base_tok, plan.spec, selection.tokens, plan.first_id, plan.domain, out_dir)
+def _pruned_model(plan: VocabPlan, selection: Selection, rows: dict[str, torch.Tensor], x: Expansion,
+                  out_dir: Path) -> Expansion:
+    """``x`` with the tokenizer of ``selection`` (saved to ``out_dir``) and the encoder's rows for
+    it: a kept token keeps its row in ``rows``; ids stay contiguous from ``plan.first_id``."""
+    expanded, entries = expand_tokenizer(x.base_tok, plan.spec, selection.tokens, plan.first_id, plan.domain,
+                                         out_dir)
     new_ids = expanded.convert_tokens_to_ids(list(entries))
     piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
-    encoder.resize_token_embeddings(plan.first_id, mean_resizing=False)  # the base rows only
-    expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
+    x.encoder.resize_token_embeddings(plan.first_id, mean_resizing=False)  # the base rows only
+    expand_embeddings(x.encoder, new_ids, piece_ids, plan.first_id + len(entries))
     with torch.no_grad():
-        weight = encoder.get_input_embeddings().weight
+        weight = x.encoder.get_input_embeddings().weight
         for token, i in zip(entries, new_ids, strict=True):
             if token in rows:  # else (a BPE merge intermediate new to this chain): the mean of its pieces
                 weight[i] = rows[token]
-    return expanded, entries, new_ids, piece_ids
+    return Expansion(x.encoder, x.pooling, x.base_tok, expanded, entries, new_ids, piece_ids)
 
 
-def _prune(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
-           train: list[str], heldout: list[str], length: int, cfg: VocabConfig, out_dir: Path) -> tuple:
+def _prune(plan: VocabPlan, x: Expansion, train: list[str], heldout: list[str], length: int, cfg: VocabConfig,
+           out_dir: Path) -> tuple[Expansion, dict]:
     """Drop the costliest tokens (:func:`prune_selection`) and rebuild the tokenizer and the rows
     (:func:`_pruned_model`); ``plan.chosen`` becomes the pruned selection. Every share of
     :data:`PRUNE_SHARES` is built and measured too (tokens, held-out fertility, drift), so the
-    report shows the trade-off. Returns (tokenizer, entries, new ids, piece ids, the pruning's
-    record for the report: its ``trade_off`` holds the chosen share's drift)."""
-    new_ids = expanded.convert_tokens_to_ids(list(entries))
-    measured = token_costs(encoder, pooling, base_tok, expanded, train, cfg.distill.max_length, plan.first_id,
-                           cfg.prune_sentences, cfg.distill.seed)
-    costs = {expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
-    kept_before = len(entries)
-    fertility_before = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)[1]
-    weight = encoder.get_input_embeddings().weight
-    rows = dict(zip(entries, weight.detach()[new_ids].clone(), strict=True))
+    report shows the trade-off. Returns (the pruned expansion, the pruning's record for the
+    report: its ``trade_off`` holds the chosen share's drift)."""
+    measured = token_costs(x.encoder, x.pooling, x.base_tok, x.expanded, train, cfg.distill.max_length,
+                           plan.first_id, cfg.prune_sentences, cfg.distill.seed)
+    costs = {x.expanded.convert_ids_to_tokens(t): c for t, c in measured.items()}
+    fertility_before = fertility_of(Segmenter(tokenizer_state(x.expanded)), plan.held)[1]
+    weight = x.encoder.get_input_embeddings().weight
+    rows = dict(zip(x.entries, weight.detach()[x.new_ids].clone(), strict=True))
 
-    def point(share: float, tok, added: dict) -> dict:
-        return {"share": share, "tokens": len(added),
-                "fertility": fertility_of(Segmenter(tokenizer_state(tok)), plan.held)[1],
-                "drift": drift(encoder, pooling, base_tok, tok, heldout, length)}
+    def point(share: float, y: Expansion) -> dict:
+        return {"share": share, "tokens": len(y.entries),
+                "fertility": fertility_of(Segmenter(tokenizer_state(y.expanded)), plan.held)[1],
+                "drift": y.drift(heldout, length)}
 
     trade_off = []
     for share in sorted(set(PRUNE_SHARES) - {cfg.prune}):  # the chosen share last: its rows stay in the encoder
         with tempfile.TemporaryDirectory() as tmp:
-            tok, added, *_ = _pruned_model(plan, prune_selection(plan, costs, share, cfg)[0], rows, encoder,
-                                           base_tok, Path(tmp))
-            trade_off.append(point(share, tok, added))
+            trade_off.append(point(share, _pruned_model(plan, prune_selection(plan, costs, share, cfg)[0], rows, x,
+                                                        Path(tmp))))
     selection, dropped = prune_selection(plan, costs, cfg.prune, cfg)
-    expanded, entries, new_ids, piece_ids = _pruned_model(plan, selection, rows, encoder, base_tok, out_dir)
-    trade_off = sorted([*trade_off, point(cfg.prune, expanded, entries)], key=lambda p: p["share"])
+    pruned = _pruned_model(plan, selection, rows, x, out_dir)
+    trade_off = sorted([*trade_off, point(cfg.prune, pruned)], key=lambda p: p["share"])
     record = {"share": cfg.prune, "sentences_per_token": cfg.prune_sentences, "measured": len(costs),
-              "dropped": len(dropped), "tokens_before": kept_before, "fertility_before": fertility_before,
+              "dropped": len(dropped), "tokens_before": len(x.entries), "fertility_before": fertility_before,
               "settled_out": len(plan.chosen.tokens) - len(dropped) - len(selection.tokens),
               "costliest": [{"token": t, **costs[t]} for t in dropped[:15]],
               "kept_max_cost": max((costs[t]["cost"] for t in selection.tokens if t in costs), default=None),
               "trade_off": trade_off}
     plan.chosen = selection
-    return expanded, entries, new_ids, piece_ids, record
+    return pruned, record
 
 
-def _rows(plan: VocabPlan, encoder, pooling: str, base_tok, expanded, entries: dict[str, list[str]],
-          piece_ids: list[list[int]], texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path,
-          progress: bool, clock: _Clock) -> tuple[tuple, dict | None, tuple]:
-    """Initialise the new rows, prune when ``cfg.prune`` says so, measure the drift. Returns
-    ((drift with mean rows, distillation result, final drift, drift per token), the pruning's
-    record or ``None``, (tokenizer, entries, new ids, piece ids) as stage 1 saves them)."""
-    new_ids = expanded.convert_tokens_to_ids(list(entries))
-    if not entries:
-        return (None, None, None, None), None, (expanded, entries, new_ids, piece_ids)
+def _rows(plan: VocabPlan, x: Expansion, texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path,
+          progress: bool, clock: _Clock) -> tuple[Drifts, dict | None, Expansion]:
+    """Initialise the new rows, prune when ``cfg.prune`` says so, measure the drift. Returns (the
+    drifts and the distillation's result, the pruning's record or ``None``, the expansion as stage
+    1 saves it)."""
+    if not x.entries:
+        return Drifts(), None, x
     heldout = texts[1][: cfg.distill.heldout_texts]
-    length = min(DRIFT_MAX_LENGTH, max_positions(encoder.config))
-    before = drift(encoder, pooling, base_tok, expanded, heldout, length)
-    distilled = _distill(encoder, pooling, base_tok, expanded, new_ids, texts, cfg, out_dir, progress, clock)
+    length = min(DRIFT_MAX_LENGTH, max_positions(x.encoder.config))
+    drifts = Drifts(mean_init=x.drift(heldout, length))
+    drifts.distilled = _distill(x, texts, cfg, out_dir, progress, clock)
     pruned = None
     if cfg.prune:
-        unpruned = drift(encoder, pooling, base_tok, expanded, heldout, length) if distilled else None
-        expanded, entries, new_ids, piece_ids, pruned = _prune(plan, encoder, pooling, base_tok, expanded, entries,
-                                                               texts[0], heldout, length, cfg, out_dir)
+        unpruned = x.drift(heldout, length) if drifts.distilled else None
+        x, pruned = _prune(plan, x, texts[0], heldout, length, cfg, out_dir)
         pruned["drift_before"] = unpruned
-        after = next(p["drift"] for p in pruned["trade_off"] if p["share"] == cfg.prune)
+        drifts.final = next(p["drift"] for p in pruned["trade_off"] if p["share"] == cfg.prune)
         clock.lap("pruning")
-    else:
-        after = drift(encoder, pooling, base_tok, expanded, heldout, length) if new_ids and distilled else None
-    per_token = token_drift(encoder, pooling, base_tok, expanded, heldout, length, plan.first_id)
+    elif x.new_ids and drifts.distilled:
+        drifts.final = x.drift(heldout, length)
+    drifts.per_token = token_drift(x.encoder, x.pooling, x.base_tok, x.expanded, heldout, length, plan.first_id)
     clock.lap("drift per token")
-    return (before, distilled, after, per_token), pruned, (expanded, entries, new_ids, piece_ids)
+    return drifts, pruned, x
 
 
-def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], cfg: VocabConfig,
-            rows: tuple[dict | None, ...], pruned: dict | None, clock: _Clock) -> VocabReport:
-    chosen = plan.chosen
+def _report(plan: VocabPlan, x: Expansion, cfg: VocabConfig, drifts: Drifts, pruned: dict | None,
+            clock: _Clock) -> VocabReport:
+    chosen, entries = plan.chosen, x.entries
     words, fert_before, single_before = fertility_of(Segmenter(plan.state), plan.held)
-    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(expanded)), plan.held)
+    _, fert_after, single_after = fertility_of(Segmenter(tokenizer_state(x.expanded)), plan.held)
     by_saving = sorted(chosen.tokens, key=lambda t: (-chosen.saved[t], t))
-    drift_mean, distilled, drift_after, per_token = rows
     return VocabReport(
-        base_vocab_size=len(base_tok), domain_tokenizer_size=len(plan.domain), candidates=len(plan.candidates),
+        base_vocab_size=len(x.base_tok), domain_tokenizer_size=len(plan.domain), candidates=len(plan.candidates),
         base_model=cfg.base_model, tokens_added=len(entries), skipped_unknown=plan.skipped,
         first_new_id=plan.first_id, kind=next(k for k, c in SPECS.items() if isinstance(plan.spec, c)),
         min_count=cfg.min_count, max_tokens=cfg.max_tokens, rejected=dict(Counter(chosen.rejected.values())),
@@ -326,8 +348,8 @@ def _report(plan: VocabPlan, base_tok, expanded, entries: dict[str, list[str]], 
                   if t in entries],
         heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
         single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
-        distill=distilled, drift_mean_init=drift_mean, drift=drift_after or drift_mean, token_drift=per_token,
-        pruned=pruned, seconds=clock.laps, seed=cfg.distill.seed, runtime=runtime())
+        distill=drifts.distilled, drift_mean_init=drifts.mean_init, drift=drifts.final or drifts.mean_init,
+        token_drift=drifts.per_token, pruned=pruned, seconds=clock.laps, seed=cfg.distill.seed, runtime=runtime())
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
@@ -365,20 +387,19 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     piece_ids = [[plan.spec.vocab[p] for p in pieces] for pieces in entries.values()]
     expand_embeddings(encoder, new_ids, piece_ids, plan.first_id + len(entries))
     pooling = read_st_pooling(resolve_model(cfg.base_model))[0] or "mean"
-    rows, pruned, (expanded, entries, new_ids, piece_ids) = _rows(
-        plan, encoder, pooling, base_tok, expanded, entries, piece_ids, (train, heldout), cfg, out_dir, progress,
-        clock)
-    transformer.processor = expanded  # sentence-transformers 6: the tokenizer is its processor
+    drifts, pruned, x = _rows(plan, Expansion(encoder, pooling, base_tok, expanded, entries, new_ids, piece_ids),
+                              (train, heldout), cfg, out_dir, progress, clock)
+    transformer.processor = x.expanded  # sentence-transformers 6: the tokenizer is its processor
     st.save(str(out_dir))
-    if not _save_mlm_head(cfg.base_model, out_dir, encoder, new_ids, piece_ids) and cfg.model_kind == "sparse":
+    if not _save_mlm_head(cfg.base_model, out_dir, encoder, x.new_ids, x.piece_ids) and cfg.model_kind == "sparse":
         log.warning("stage 1: %s ships no masked-LM head, so the sparse model's head starts random: train it "
                     "first (the warmup preset's mlm stage) or start from a model with a head", cfg.base_model)
     if cfg.model_kind == "sparse":
         convert_to_sparse(out_dir)
     declare_prompts(out_dir, resolve_prompts(resolve_model(cfg.base_model), cfg.prompts))
-    write_domain_ids(out_dir, new_ids)
+    write_domain_ids(out_dir, x.new_ids)
     clock.lap("save")
-    report = _report(plan, base_tok, expanded, entries, cfg, rows, pruned, clock)
+    report = _report(plan, x, cfg, drifts, pruned, clock)
     report.corpus = {"texts": corpus_texts or len(texts), "sampled": len(texts)}
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))

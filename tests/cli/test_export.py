@@ -31,7 +31,7 @@ def test_export_writes_a_verified_onnx_model(model_dir, tmp_path):
 
 
 def test_refused_export_exits_1_and_writes_nothing(model_dir, tmp_path, monkeypatch):
-    from mosaic_core.modeling import export
+    from mosaic_core import export
 
     def refuse(*args, **kwargs):  # what export_model raises when the verification fails (tested there)
         raise export.ExportRefused("onnx export refused, nothing written: mean cosine 0.5 < 0.99")

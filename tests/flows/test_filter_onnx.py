@@ -18,7 +18,8 @@ from builders import TINY_WORDS, tiny_bert  # noqa: E402
 
 from flows.filter import filter_flow  # noqa: E402
 from mosaic_core.config import FilterConfig, PromptsConfig  # noqa: E402
-from mosaic_core.modeling import export  # noqa: E402
+from mosaic_core import export  # noqa: E402
+from mosaic_core.export import build as export_build  # noqa: E402
 from storage.layout import DataLayout  # noqa: E402
 from tasks import filter as filter_tasks  # noqa: E402
 
@@ -65,7 +66,7 @@ def test_onnx_backend_keeps_what_torch_keeps_exports_once_and_prompts(tmp_path, 
     assert len({cfg.encoding_hash(), onnx_cfg.encoding_hash(),
                 cfg.model_copy(update={"backend": "onnx-int8"}).encoding_hash()}) == 3
     exports, recorders = [], []
-    real_export, real_encoder = export.export_model, export.exported_encoder
+    real_export, real_encoder = export_build.export_model, export.exported_encoder
 
     def counting_export(*args, **kw):
         exports.append(args)
@@ -77,7 +78,7 @@ def test_onnx_backend_keeps_what_torch_keeps_exports_once_and_prompts(tmp_path, 
         recorders.append(enc.tokenizer)
         return enc
 
-    monkeypatch.setattr(export, "export_model", counting_export)
+    monkeypatch.setattr(export_build, "export_model", counting_export)  # what cached_export calls
     monkeypatch.setattr(export, "exported_encoder", recording_encoder)
     filter_tasks._load_exported.cache_clear()
 

@@ -13,7 +13,8 @@ pytest.importorskip("onnxscript")
 
 from builders import TINY_WORDS, tiny_bert  # noqa: E402
 
-from mosaic_core.modeling import export  # noqa: E402
+from mosaic_core import export  # noqa: E402
+from mosaic_core.export.check import unit  # noqa: E402
 
 DOMAIN_WORD = "metformin"
 TEXTS = ["the patient was given metformin", "cells of a patient", "q", "metformin and the cell were in a patient"]
@@ -48,7 +49,7 @@ def test_onnx_export_loads_and_agrees(model_dir, tmp_path, kind):
     assert all(e["type"].startswith("sentence_transformers.models.")
                for e in json.loads((out / "modules.json").read_text()))
     assert json.loads((out / export.MANIFEST).read_text())["metrics"] == result.metrics
-    cosines = np.sum(export._unit(export.load_exported(out).encode(TEXTS)) * _reference(model_dir), axis=1)
+    cosines = np.sum(unit(export.load_exported(out).encode(TEXTS)) * _reference(model_dir), axis=1)
     assert cosines.mean() >= export.EXPORT_CHECKS[kind]
     assert result.metrics["cosine_mean"] >= export.EXPORT_CHECKS[kind]
     assert [p.name for p in tmp_path.iterdir()] == [kind]  # no temporary folder left
@@ -58,7 +59,7 @@ def test_openvino_export_loads_and_agrees(model_dir, tmp_path):
     pytest.importorskip("openvino")
     export.export_model(str(model_dir), "openvino", tmp_path / "ov")
     assert (tmp_path / "ov" / "openvino" / "openvino_model.xml").is_file()
-    cosines = np.sum(export._unit(export.load_exported(tmp_path / "ov").encode(TEXTS)) * _reference(model_dir), axis=1)
+    cosines = np.sum(unit(export.load_exported(tmp_path / "ov").encode(TEXTS)) * _reference(model_dir), axis=1)
     assert cosines.min() >= 0.999
 
 
@@ -84,7 +85,7 @@ def test_static_export_keeps_the_domain_word_one_token(model_dir, tmp_path):
     static = model2vec.StaticModel.from_pretrained(str(tmp_path / "static"))
     assert static.tokenizer.encode(DOMAIN_WORD, add_special_tokens=False).tokens == [DOMAIN_WORD]
     assert result.metrics["domain_words_whole"] == 1 and result.metrics["dims"] == 16
-    vectors = export._unit(static.encode(TEXTS))
+    vectors = unit(static.encode(TEXTS))
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-4)
     # agreement with the source: its spaces differ (PCA), so the pairwise similarities are compared
     assert -1 <= result.metrics["similarity_correlation"] <= 1
@@ -96,7 +97,7 @@ def test_ndcg_at_10_matches_a_naive_reference():
     table = {t: v for t, v in zip([t for p in pairs for t in p], rng.normal(size=(60, 8)), strict=True)}
 
     def encode(texts):
-        return export._unit(np.stack([table[t] for t in texts]))
+        return unit(np.stack([table[t] for t in texts]))
 
     q, d = encode([p[0] for p in pairs]), encode([p[1] for p in pairs])
     naive = []
