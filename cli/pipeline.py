@@ -106,10 +106,12 @@ def run(
 
     With no --config it runs the built-in demo: a generated snapshot of an invented biomedical
     sub-field (two dozen made-up drug and protein names) with the offline all-MiniLM-L6-v2 on
-    CPU (a few minutes), ending with an adapted model and a report under DATA_ROOT that compares
-    it with the base model on the held-out pairs and on finding documents about the invented
-    words from a description of what they do. Rerunning takes completed steps from cache and
-    resumes a failed training stage.
+    CPU (a few minutes), ending with an adapted model, plain fine-tuning of the base beside it
+    (the control; the better of the two on the validation pairs is published), and a report under
+    DATA_ROOT that compares them with the base model on the held-out pairs and on finding
+    documents about the invented words from a description of what they do. Rerunning takes
+    completed steps from cache and resumes a failed training stage; ^C or SIGTERM stops a run
+    within seconds, keeping every finished step.
     """
     from storage.own_pairs import check_own_pairs
     from tasks.own_pairs import check_pairs_at_hand
