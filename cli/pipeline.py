@@ -78,6 +78,23 @@ def _own_pairs_config(path: str, query_column: str, document_column: str, domain
                                           "query_column": query_column, "document_column": document_column}})
 
 
+def _check_inputs(cfg, config: Path | None) -> None:
+    """What a run reads, checked before any server starts: its models, its Islamic files, its own
+    pairs (readable, with enough distinct usable pairs for the run)."""
+    from storage.own_pairs import check_own_pairs
+    from tasks.own_pairs import check_pairs_at_hand
+
+    _model(cfg.base_model)
+    _model(cfg.filter.model)
+    for name, path in (("quran", cfg.islamic.quran), ("tafsir", cfg.islamic.tafsir)) if cfg.islamic else ():
+        if not Path(path).is_file():
+            raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
+                               "directory you run mosaic from)")
+    if cfg.pairs is not None:
+        check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
+        check_pairs_at_hand(cfg)
+
+
 @app.command()
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
@@ -113,9 +130,6 @@ def run(
     completed steps from cache and resumes a failed training stage; ^C or SIGTERM stops a run
     within seconds, keeping every finished step.
     """
-    from storage.own_pairs import check_own_pairs
-    from tasks.own_pairs import check_pairs_at_hand
-
     root = Path(_folder(data_root))
     if pairs and config:
         raise InputProblem("--pairs and --config: give one (a pairs: section in the config does what --pairs does)")
@@ -128,15 +142,7 @@ def run(
     if prompts is not None and config:
         cfg = _with_prompts(cfg, prompts)
     if cfg is not None:
-        _model(cfg.base_model)
-        _model(cfg.filter.model)
-        for name, path in (("quran", cfg.islamic.quran), ("tafsir", cfg.islamic.tafsir)) if cfg.islamic else ():
-            if not Path(path).is_file():
-                raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
-                                   "directory you run mosaic from)")
-        if cfg.pairs is not None:
-            check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
-            check_pairs_at_hand(cfg)
+        _check_inputs(cfg, config)
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
     if cfg is not None and tracking is not None:
         cfg = cfg.model_copy(update={"tracking": tracking})
