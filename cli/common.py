@@ -183,7 +183,7 @@ def _stop_signal(exc: BaseException) -> int | None:
         seen.add(id(exc))
         if isinstance(exc, Stopped):
             return exc.signum
-        if type(exc).__name__ == "TerminationSignal":  # prefect.exceptions'
+        if raised(exc, "prefect.exceptions:TerminationSignal"):
             return int(exc.signal)
         exc = exc.__cause__ or exc.__context__
     return None

@@ -81,7 +81,6 @@ def _own_pairs_config(path: str, query_column: str, document_column: str, domain
 def _check_inputs(cfg, config: Path | None) -> None:
     """What a run reads, checked before any server starts: its models, its Islamic files, its own
     pairs (readable, with enough distinct usable pairs for the run)."""
-    from storage.own_pairs import check_own_pairs
     from tasks.own_pairs import check_pairs_at_hand
 
     _model(cfg.base_model)
@@ -91,8 +90,7 @@ def _check_inputs(cfg, config: Path | None) -> None:
             raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
                                "directory you run mosaic from)")
     if cfg.pairs is not None:
-        check_own_pairs(cfg.pairs.path, cfg.pairs.query_column, cfg.pairs.document_column)
-        check_pairs_at_hand(cfg)
+        check_pairs_at_hand(cfg)  # reads the source through check_own_pairs first
 
 
 @app.command()

@@ -316,12 +316,19 @@ class TrainConfig(Frozen):
             raise ValueError("the merge step chooses its weight on validation pairs: set validation_pairs > 0")
         return self
 
+    @property
+    def may_warm_up(self) -> bool:
+        """Whether :meth:`with_warmup` adds a warm-up to an input model without an MLM head: with
+        ``mlm_warmup`` auto, when the first stage is a joint one that trains the MLM term."""
+        first = self.stages[0]
+        return self.mlm_warmup == "auto" and first.kind == "joint" and first.uses_mlm
+
     def with_warmup(self, input_has_head: bool) -> TrainConfig:
         """The stages trained from an input model with (``input_has_head``) or without an MLM head:
         with ``mlm_warmup`` auto, a head-only MLM warm-up before a first stage that trains the MLM
         term from an input without a head (MiniLM, most sentence-transformers models); else these."""
         first = self.stages[0]
-        if self.mlm_warmup == "off" or input_has_head or first.kind != "joint" or not first.uses_mlm:
+        if input_has_head or not self.may_warm_up:
             return self
         keep = {"prompts", "batch_size", "chunk_size", "activation_gib", "accumulation", "precision", "seed",
                 "mlm_probability", "mlm_tokens", "query_max_length", "document_max_length", "checkpoint_every",

@@ -108,7 +108,7 @@ def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir
 def with_warmup(cfg: TrainConfig, input_model: str) -> TrainConfig:
     """``cfg`` with the MLM warm-up that ``input_model`` needs (:meth:`TrainConfig.with_warmup`:
     a head-only warm-up before a joint first stage when the model ships no MLM head), said in the log."""
-    if cfg.mlm_warmup == "off" or cfg.stages[0].kind != "joint":
+    if not cfg.may_warm_up:
         return cfg  # nothing to decide: the model is not loaded
     out = cfg.with_warmup(ships_mlm_head(input_model))
     if out is not cfg:

@@ -62,12 +62,12 @@ def hard_negatives(scores: np.ndarray, ids: np.ndarray, own: np.ndarray, own_id:
     """(per query, up to ``n`` retrieved ids, best first, that ``rule`` allows; the counts of the
     plain rule's picks it rejected, by reason). ``scores``/``ids``: ``[q, depth]``; ``own``: each
     query's score for its own document ``own_id``; ``docs``: the document embeddings ``ids``
-    index (unit rows), for the near-duplicate test (None: no test), taken ``block`` queries at a
-    time (their candidates' embeddings: ``block × depth × dim`` floats)."""
+    index (unit rows), for the near-duplicate test (None, or ``rule.duplicate_cosine`` 1: no test),
+    taken ``block`` queries at a time (their candidates' embeddings: ``block × depth × dim`` floats)."""
     plain = (ids >= 0) & (ids != own_id[:, None]) & (scores < own[:, None])
     near_positive = scores >= own[:, None] - (1.0 - rule.margin) * np.abs(own[:, None])
     duplicate = np.zeros_like(plain)
-    if docs is not None:
+    if docs is not None and rule.duplicate_cosine < 1:
         for lo in range(0, len(ids), block):
             cand, mine = docs[np.maximum(ids[lo:lo + block], 0)], docs[own_id[lo:lo + block]]
             duplicate[lo:lo + block] = np.einsum("qkd,qd->qk", cand, mine) >= rule.duplicate_cosine
@@ -182,8 +182,7 @@ def consistency_filter(
     rank = np.where(retrieved_all_higher, depth + 1, higher + 1).astype(np.int32)
     mined, rejected = None, {}
     if negatives:
-        found, rejected = hard_negatives(scores, ids, own, inverse, negatives,
-                                         uniq if rule.duplicate_cosine < 1 else None, rule)
+        found, rejected = hard_negatives(scores, ids, own, inverse, negatives, uniq, rule)
         mined = [first[np.asarray(row, dtype=np.int64)].tolist() for row in found]
     return ConsistencyResult(kept=rank <= k, rank=rank, cosine=np.einsum("nd,nd->n", q, uniq[inverse]),
                              negatives=mined, rejected=rejected)
