@@ -204,7 +204,7 @@ def pairs_islamic(
     """
     cfg = IslamicConfig(quran=str(quran), tafsir=str(tafsir), threshold=threshold).filter_config(_model(model))
     root = _folder(data_root)
-    result = _run("flows.corpora:islamic_pairs_flow", str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
+    result = _run("flows.islamic:islamic_pairs_flow", str(quran), str(tafsir), cfg, root, writes=root, wait=wait)
     stats, manifest = result["stats"], result["manifest"]
     out = out_console()
     out.print(f"tafsir blocks {stats['blocks']:,}; references {stats['references']:,} "

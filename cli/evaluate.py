@@ -177,7 +177,7 @@ def probe(
     if not word.isalpha():
         raise typer.BadParameter(f"the invented word must be letters only, got {word!r}")
     models = {name: _model(path) for name, path in parse_models(model).items()}
-    result = _run("flows.corpora:probe_flow", models, word, _folder(out, "--out"), output=out)
+    result = _run("flows.probe:probe_flow", models, word, _folder(out, "--out"), output=out)
     table = Table(title=f"documents naming {result['word']!r}, queries that only describe it")
     for col in ("model", "NDCG@10", "recall@5", "MRR@10"):
         table.add_column(col)

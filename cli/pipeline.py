@@ -66,7 +66,7 @@ def _with_prompts(cfg, prompts: dict):
 
 def _own_pairs_config(path: str, query_column: str, document_column: str, domain: str | None,
                       base_model: str | None, prompts: dict | None = None):
-    """``mosaic run --pairs``: the pipeline's defaults around a ``pairs:`` source (the path
+    """``mosaic run --pairs``: the pipeline's defaults around a ``pairs`` source (the path
     relative to the working directory); ``base_model`` also filters the pairs."""
     from mosaic_core.config import PipelineConfig
     from storage.own_pairs import locate
@@ -74,30 +74,64 @@ def _own_pairs_config(path: str, query_column: str, document_column: str, domain
     models = {"base_model": base_model, "filter": {"model": base_model}} if base_model else {}
     return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
                                 **({"prompts": prompts} if prompts is not None else {}),
-                                "pairs": {"path": locate(path, Path.cwd()),
-                                          "query_column": query_column, "document_column": document_column}})
+                                "source": {"kind": "pairs", "path": locate(path, Path.cwd()),
+                                           "query_column": query_column, "document_column": document_column}})
+
+
+def _sets(items: list[str]) -> dict[str, object]:
+    """``--set a.b=value`` items as {dotted path: value read as YAML}."""
+    import yaml
+
+    sets = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputProblem(f"--set {item!r}: expected a dotted field and a value, e.g. train.heldout_pairs=500")
+        try:
+            sets[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as exc:
+            raise InputProblem(f"--set {item!r}: the value is not YAML ({exc})") from exc
+    return sets
+
+
+def _demo_config(root: Path, seed: int):
+    """The demo's config for ``root`` before its flow generates the data (to check ``--set`` against)."""
+    from mosaic_core.data.demo import demo_pipeline
+
+    return demo_pipeline(seed, str(root / "demo" / "invented-terms"))
+
+
+def _overridden(cfg, sets: dict[str, object]):
+    """``cfg`` with ``sets`` applied; exit 2 with the reasons if invalid."""
+    from pydantic import ValidationError
+
+    try:
+        return cfg.overridden(sets)
+    except (ValidationError, ValueError) as exc:
+        console.print(f"[red]--set:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
 
 
 def _check_inputs(cfg, config: Path | None) -> None:
-    """What a run reads, checked before any server starts: its models, its Islamic files, its own
-    pairs (readable, with enough distinct usable pairs for the run)."""
-    from tasks.own_pairs import check_pairs_at_hand
+    """What a run reads, checked before any server starts: its models, its source's files and
+    whatever else its source checks (own pairs: readable, enough distinct usable pairs for the run)."""
+    from flows.sources import source_hook
 
     _model(cfg.base_model)
     _model(cfg.filter.model)
-    for name, path in (("quran", cfg.islamic.quran), ("tafsir", cfg.islamic.tafsir)) if cfg.islamic else ():
+    for name, path in cfg.source.inputs().items():
         if not Path(path).is_file():
-            raise InputProblem(f"islamic.{name} of {config}: no file {path} (paths are relative to the "
+            raise InputProblem(f"source.{name} of {config}: no file {path} (paths are relative to the "
                                "directory you run mosaic from)")
-    if cfg.pairs is not None:
-        check_pairs_at_hand(cfg)  # reads the source through check_own_pairs first
+    if (check := source_hook(cfg.source, "check")) is not None:
+        check(cfg.source, cfg)
 
 
 @app.command()
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
     config: Annotated[Optional[Path], typer.Option(
-        "--config", "-c", help="Pipeline YAML (sections base_model, domain, prompts, ingest or pairs or islamic, "
+        "--config", "-c", help="Pipeline YAML (sections base_model, domain, prompts, source, "
         "filter, vocab, train, eval_tasks, eval_pool, gate, control, export, tracking; see "
         "docs/pipeline.example.yaml). Default: the built-in demo.")] = None,
     seed: Annotated[int, typer.Option(help="Demo only: the seed of the generated domain (its words' meanings "
@@ -114,6 +148,11 @@ def run(
         "offline:all-MiniLM-L6-v2).")] = None,
     query_prompt: QueryPrompt = None,
     document_prompt: DocumentPrompt = None,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Set any config field by its dotted path, after --config or --pairs (or on the demo's "
+        "config): --set train.heldout_pairs=500 --set source.path=more.jsonl --set train.stages.0.max_steps=200; "
+        "the value is read as YAML (3, 0.5, true, [a, b], null). A new source.kind starts that source from its "
+        "defaults; the sections and fields are in the configuration reference.")] = None,
     mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:
@@ -130,7 +169,8 @@ def run(
     """
     root = Path(_folder(data_root))
     if pairs and config:
-        raise InputProblem("--pairs and --config: give one (a pairs: section in the config does what --pairs does)")
+        raise InputProblem("--pairs and --config: give one (a source of kind pairs in the config does what --pairs "
+                           "does)")
     prompts = prompts_option(query_prompt, document_prompt)
     cfg = _pipeline_config(config) if config else _own_pairs_config(pairs, query_column, document_column, domain,
                                                                       base_model, prompts) if pairs else None
@@ -139,6 +179,10 @@ def run(
                            "prompts: section (set them in one place)")
     if prompts is not None and config:
         cfg = _with_prompts(cfg, prompts)
+    sets = _sets(set_ or [])
+    if sets:  # the demo's config is checked here and built by its flow, which generates its data first
+        checked = _overridden(cfg or _demo_config(root, seed), sets)
+        cfg = checked if cfg is not None else None
     if cfg is not None:
         _check_inputs(cfg, config)
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
@@ -146,7 +190,7 @@ def run(
         cfg = cfg.model_copy(update={"tracking": tracking})
     try:
         result = (_run("flows.pipeline:mosaic_pipeline", cfg, str(root), writes=root, wait=wait) if cfg is not None
-                  else _run("flows.demo:demo_flow", str(root), seed, tracking, writes=root, wait=wait))
+                  else _run("flows.demo:demo_flow", str(root), seed, tracking, sets or None, writes=root, wait=wait))
     except Exception as exc:
         if not raised(exc, "flows.ingest:IngestFailed"):
             raise
@@ -154,6 +198,12 @@ def run(
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
                       "Fix the files named above and run the same command again.")
         raise typer.Exit(1) from exc
+    _print_run(result, root, tracking or (cfg.tracking if cfg is not None else None))
+
+
+def _print_run(result: dict, root: Path, tracking) -> None:
+    """What a pipeline run did: the filter, stage 1, the stage table, the report's summary, the
+    models and the decision."""
     out = out_console()
     out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
               f"stage 1 added {result['vocab']['tokens_added']} tokens")
@@ -164,5 +214,5 @@ def run(
     out.print(f"[{'green' if decision['published'] else 'yellow'}]{decision['message']}[/]")
     out.print(f"[green]published model:[/green] {result['published_model'] or 'none yet'}")
     out.print(f"[green]report:[/green] {result['report']['html']}")
-    print_tracking(out, root, tracking or (cfg.tracking if cfg is not None else None))
+    print_tracking(out, root, tracking)
 

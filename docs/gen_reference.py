@@ -163,6 +163,10 @@ def walk_sections(model: type[BaseModel] | None = None, path: str = "") -> Itera
                 if sub not in seen:
                     sub_path = f"{p}.{name}" if p else name
                     yield from walk(sub, sub_path + ("[]" if _is_list(field.annotation) else ""))
+                    # a field typed by a registry (the data source) takes any registered kind: each is a section
+                    for kind, member in getattr(sub, "kinds", dict)().items():
+                        if member not in seen:
+                            yield from walk(member, f"{sub_path} (kind: {kind})")
 
     yield from walk(model or PipelineConfig, path)
 

@@ -11,12 +11,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.futures import PrefectFuture
 
-from mosaic_core.config import FilterConfig
+from flows.runners import task_runner
+from mosaic_core.config import FilterConfig, PipelineConfig
 from mosaic_core.data.consistency import group_by_size
 from storage.lock import root_lock
 from storage.manifest import Manifest
 from tasks.filter import encode_partition, filter_chunk, list_partitions, score_report
 from tasks.ingest import refresh_catalog_task
+from tasks.own_pairs import check_enough_pairs
 
 T = TypeVar("T")
 
@@ -59,3 +61,13 @@ def filter_flow(source: str, cfg: FilterConfig, root: str, concurrency: int | No
             description=f"{cfg.mode} filter with {cfg.model}",
         )
         return manifests
+
+
+def filter_latest_pairs(cfg: PipelineConfig, data_root: str, where: str) -> list[Manifest]:
+    """A run's ingested pairs (the latest pairs of ``data_root``, read from ``where``) counted —
+    a clear error before any model is loaded when they are too few for the run — then filtered
+    with ``cfg.filter``, on threads or on Dask as ``cfg`` says."""
+    check_enough_pairs(data_root, where, cfg.largest_batch, cfg.train.heldout_pairs, cfg.train.validation_pairs)
+    distributed = cfg.dask_address is not None or cfg.workers > 1
+    return filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
+        data_root, cfg.filter, data_root, concurrency=None if distributed else 1)

@@ -1,4 +1,5 @@
-"""The ingest flow: snapshot → one mapped task per file → Parquet partitions + catalog."""
+"""The PubMed source: the ingest flow (snapshot → one mapped task per file → Parquet partitions +
+catalog), then the filter; a scheduled rebuild watches the snapshot's files."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from prefect.futures import as_completed
 from tqdm.auto import tqdm
 
-from mosaic_core.config import IngestConfig
+from flows.filter import filter_latest_pairs
+from flows.runners import task_runner
+from mosaic_core.config import IngestConfig, PipelineConfig
 from storage.lock import root_lock
 from storage.manifest import Manifest
+from storage.sources import SourceFile
 from tasks.ingest import fetch_file, ingest_file, list_snapshot, refresh_catalog_task
 
 log = logging.getLogger(__name__)
@@ -65,3 +69,14 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
         if failures:
             raise IngestFailed(f"{len(failures)} of {len(files)} files failed: " + "; ".join(failures))
         return manifests
+
+
+def pubmed_pairs(source: IngestConfig, cfg: PipelineConfig, data_root: str) -> tuple[list[Manifest], list[Manifest]]:
+    """(ingest manifests, filter manifests) of the snapshot ``source`` names, in ``data_root``."""
+    ingested = ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(source, data_root)
+    return ingested, filter_latest_pairs(cfg, data_root, f"the citations in {data_root}")
+
+
+def snapshot_files(source: IngestConfig, data_root: str) -> list[SourceFile]:
+    """The snapshot's files (name, size, time): a rebuild runs when one is new or changed."""
+    return list_snapshot(source)

@@ -1,5 +1,5 @@
-"""``mosaic_pipeline``: the parent flow — ingest → filter → vocab → train stages → evaluation
-(for the Islamic source: Tafsir-linked verse pairs → threshold filter → the same).
+"""``mosaic_pipeline``: the parent flow — the source's pairs (ingest → filter for PubMed; the
+source's own flow for the others, ``flows.sources``) → vocab → train stages → evaluation → gate.
 
 Each step is a subflow whose tasks cache their persisted results (keyed as the stage flows
 describe), so a rerun of the same configuration redoes only what changed or failed, and a
@@ -15,19 +15,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.corpora import islamic_pairs_flow
 from flows.evaluate import eval_flow
-from flows.filter import filter_flow
-from flows.ingest import ingest_flow
-from flows.own_pairs import own_pairs_flow
-from flows.runners import task_runner
+from flows.sources import source_hook
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
 from tasks.export import export_published
-from tasks.own_pairs import check_enough_pairs
 from tasks.publish import decide_and_publish, pick_recipe, published_model
 from tasks.space import check_disk
 from tasks.report import funnel, run_report, story
@@ -52,23 +47,6 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     return result
 
 
-def _pairs(cfg: PipelineConfig, data_root: str) -> tuple[list, list]:
-    """(ingest manifests, filter manifests): the run's pairs, ingested and filtered into ``data_root``."""
-    if cfg.islamic is not None:
-        pairs = islamic_pairs_flow(cfg.islamic.quran, cfg.islamic.tafsir,
-                                   cfg.islamic.filter_config(cfg.filter.model), data_root)
-        return [], [pairs["manifest"]]
-    ingested = (own_pairs_flow(cfg.pairs, data_root) if cfg.pairs is not None else
-                ingest_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(cfg.ingest, data_root))
-    check_enough_pairs(data_root, cfg.pairs.path if cfg.pairs else f"the citations in {data_root}",
-                       cfg.largest_batch, cfg.train.heldout_pairs,
-                       cfg.train.validation_pairs)  # before any model is loaded
-    distributed = cfg.dask_address is not None or cfg.workers > 1
-    filtered = filter_flow.with_options(task_runner=task_runner(cfg.workers, cfg.dask_address))(
-        data_root, cfg.filter, data_root, concurrency=None if distributed else 1)
-    return ingested, filtered
-
-
 def _candidate(cfg: PipelineConfig, models: dict[str, str], final: str, data_root: str) -> tuple[str, dict | None]:
     """(the model the gate judges, how it was chosen): with a control, the better of it and the
     adapted model on the validation pairs (the control unless the adapted model is ahead beyond
@@ -88,7 +66,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
         root = Path(data_root)
         check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
-        ingested, filtered = _pairs(cfg, data_root)
+        ingested, filtered = source_hook(cfg.source, "flow")(cfg.source, cfg, data_root)
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1)
         if run_id is not None:
@@ -121,7 +99,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
                                     cfg.train.document_column) if cfg.export else [])
         story_funnel = funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
-                              "pubmed" if cfg.pairs is None else "pairs")
+                              cfg.source.funnel_words)
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
             funnel=story_funnel,

@@ -1,5 +1,6 @@
-"""``rebuild``: the scheduled flow. It lists the snapshot source and runs ``mosaic_pipeline``
-only when files were added or changed since the last successful rebuild; the pipeline's
+"""``rebuild``: the scheduled flow. For a source that watches files (a PubMed snapshot, the
+demo's) it lists them and runs ``mosaic_pipeline`` only when files were added or changed since
+the last successful rebuild; any other source runs every time, from cache where nothing changed; the pipeline's
 caches then redo only the new partitions of ingest and filter (stage 1 onwards depends on
 all pairs and reruns whole)."""
 
@@ -14,9 +15,9 @@ from prefect.states import Completed, State
 
 from flows.pipeline import mosaic_pipeline
 from flows.demo import demo_config
+from flows.sources import source_hook
 from storage.lock import RootBusy, root_lock
 from tasks.config_file import load_pipeline_config
-from tasks.ingest import list_snapshot
 from tasks.rebuild import record_snapshot, snapshot_changes
 
 log = logging.getLogger(__name__)
@@ -43,24 +44,25 @@ def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", forc
 
 def _rebuild(config_file: str | None, root: str, force: bool) -> dict:
     cfg = load_pipeline_config(config_file) if config_file else demo_config(root)
-    if cfg.pairs is not None:  # the caches rerun only what a change to the user's pairs reaches
+    source, watch = cfg.source, source_hook(cfg.source, "watch")
+    if watch is None:  # the caches rerun only what a change to the source reaches
         result = mosaic_pipeline(cfg, root)
         create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
-                                 markdown=f"Rebuilt from `{cfg.pairs.path}` (unchanged steps from cache). Final "
+                                 markdown=f"Rebuilt from `{source.describe()}` (unchanged steps from cache). Final "
                                           f"model `{result['final_model']}`; report `{result['report']['html']}`.")
         return {"rebuilt": True, **result}
-    files = list_snapshot(cfg.ingest)
+    files = watch(source, root)
     changes, signature = snapshot_changes(files, root)
     if not (force or changes["new"] or changes["changed"]):
         create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
-                                 markdown=f"No new or changed files in `{cfg.ingest.source}` "
+                                 markdown=f"No new or changed files in `{source.describe()}` "
                                           f"({len(files)} files): nothing rebuilt.")
         return {"rebuilt": False, "changes": changes}
     result = mosaic_pipeline(cfg, root)
     record_snapshot(signature, root)
     listed = ", ".join(changes["new"][:20] + changes["changed"][:20]) or "none (forced)"
     create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
-                             markdown=f"Rebuilt from `{cfg.ingest.source}`: {len(changes['new'])} new, "
+                             markdown=f"Rebuilt from `{source.describe()}`: {len(changes['new'])} new, "
                                       f"{len(changes['changed'])} changed files ({listed}). Final model "
                                       f"`{result['final_model']}`; report `{result['report']['html']}`.")
     return {"rebuilt": True, "changes": changes, **result}

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen, file_name
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
+from mosaic_core.config_sources import DemoSource, IslamicSource, OwnPairsSource, PubMedSource, Source, translate
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
 
-__all__ = ["DEFAULT_BASE", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "PRESETS", "DistillConfig", "EvalConfig", "EvalTaskSpec",
-           "FilterConfig", "Frozen", "GateConfig", "IngestConfig", "IslamicConfig", "OwnPairsConfig", "PairConfig",
-           "PipelineConfig", "PromptsConfig", "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
+__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "EvalConfig", "EvalTaskSpec", "FilterConfig", "Frozen",
+           "GateConfig", "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL",
+           "OwnPairsConfig", "OwnPairsSource", "PRESETS", "PairConfig", "PipelineConfig", "PromptsConfig",
+           "PubMedSource", "Source", "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
 
 
 class EvalTaskSpec(Frozen):
@@ -120,13 +122,11 @@ class PipelineConfig(Frozen):
         None, description="Query and document prompts of the model being adapted, used wherever it encodes (fills "
         "vocab.prompts, each stage's prompts, and filter.prompts when the filter model is the base). None: the ones "
         "the base model declares in its sentence-transformers config; 'none': no prompt.")
-    ingest: IngestConfig = Field(IngestConfig(), description="Where the PubMed snapshot comes from and how it "
-                                 "becomes pairs.")
-    islamic: IslamicConfig | None = Field(
-        None, description="Build the pairs from the Qur'an and Tafsir instead of ingesting PubMed (ingest unused; "
-        "filter.model scores the pairs).")
-    pairs: OwnPairsConfig | None = Field(
-        None, description="Your own domain's (query, document) pairs instead of PubMed (ingest unused).")
+    source: SerializeAsAny[Source] = Field(
+        PubMedSource(), description="Where the pairs come from, by kind: pubmed (a snapshot; the default), pairs "
+        "(your own), islamic (the Qur'an and Tafsir recipe) or demo (the built-in invented domain); each kind's "
+        "settings are in its section below. The old ingest:, pairs: and islamic: sections still load, with a "
+        "warning.")
     filter: FilterConfig = Field(FilterConfig(), description="The consistency (or threshold) filter of the pairs.")
     vocab: VocabConfig = Field(VocabConfig(), description="Stage 1: the domain vocabulary.")
     train: TrainConfig = Field(TrainConfig(), description="The training stages.")
@@ -150,10 +150,18 @@ class PipelineConfig(Frozen):
         None, description="Run the ingest and filter maps on this Dask cluster (e.g. tcp://scheduler:8786)."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_source_sections(cls, data: object) -> object:
+        return translate(data) if isinstance(data, dict) else data
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_of_its_kind(cls, value: object) -> Source:
+        return Source.parse(value)
+
     @model_validator(mode="after")
     def _consistent(self) -> PipelineConfig:
-        if self.islamic is not None and self.pairs is not None:
-            raise ValueError("islamic and pairs are two sources: give one (or neither, for PubMed)")
         if self.gate.beat_control and not self.trains_control:
             raise ValueError("gate.beat_control compares with the control run: set control: contrastive")
         kinds = {self.vocab.model_kind, *(s.model_kind for s in self.train.stages)}
@@ -169,23 +177,17 @@ class PipelineConfig(Frozen):
         return self
 
     def evaluated_tasks(self) -> list[str]:
-        """Every task a pipeline run scores: its held-out pairs (and verses, for the Islamic
-        source), then ``eval_tasks``."""
+        """Every task a pipeline run scores: its held-out pairs, its source's own tasks (the
+        Islamic source's verses), then ``eval_tasks``."""
         return [t.name for t in self.eval_specs(".")]
 
     def eval_specs(self, data_root: str) -> tuple[EvalTaskSpec, ...]:
         """The tasks of :meth:`evaluated_tasks` for a run whose pairs live in ``data_root``."""
         pairs = {"path": data_root, "heldout_pairs": self.train.heldout_pairs, "query_column": self.train.query_column,
                  "document_column": self.train.document_column}
-        heldout = EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs, description=(
-            "finding a held-out verse's Tafsir-linked verse among the verses of the pairs" if self.islamic else
-            "finding a held-out pair's document from its query, among other documents" if self.pairs else
-            "finding a held-out article's abstract from its title, among other abstracts"))
-        verses = () if self.islamic is None else (EvalTaskSpec(
-            kind="verses", name="verses", collection=self.islamic.quran, **pairs,
-            description="finding the verses a held-out verse's Tafsir commentary cites, among every verse of the "
-            "Qur'an"),)
-        return (heldout, *verses, *self.eval_tasks)
+        heldout = EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
+                               description=self.source.heldout_description)
+        return (heldout, *self.source.eval_tasks(pairs), *self.eval_tasks)
 
     @property
     def trains_control(self) -> bool:
@@ -208,6 +210,29 @@ class PipelineConfig(Frozen):
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""
         return list(self.gate.tasks) if self.gate.tasks is not None else self.evaluated_tasks()
+
+    def overridden(self, sets: dict[str, object]) -> PipelineConfig:
+        """This config with each dotted field of ``sets`` replaced (``train.heldout_pairs``,
+        ``source.path``, ``train.stages.0.max_steps``), read again as :meth:`load` reads a YAML:
+        ``base_model`` and ``model_kind`` fill their copies too; a new ``source.kind`` starts that
+        source from its defaults."""
+        data = self.model_dump(mode="json")
+        if "source.kind" in sets and sets["source.kind"] != self.source.kind:
+            data["source"] = {}
+        for dotted, value in sets.items():
+            *parents, last = dotted.split(".")
+            node = data
+            for part in parents:
+                if isinstance(node, dict) and node.get(part) is None:
+                    node[part] = {}  # an unset optional section (prompts)
+                node = node[_index(node, part, dotted)] if isinstance(node, list) else node[part]
+                if not isinstance(node, (dict, list)):
+                    raise ValueError(f"{dotted}: {part} is a value, not a section")
+            if isinstance(node, list):
+                node[_index(node, last, dotted)] = value
+            else:
+                node[last] = value
+        return PipelineConfig.load(data)
 
     @classmethod
     def load(cls, data: dict) -> PipelineConfig:
@@ -237,3 +262,9 @@ class PipelineConfig(Frozen):
             data["vocab"] = {**data.get("vocab", {}), "model_kind": kind}
             data["train"] = train
         return cls.model_validate(data)
+
+
+def _index(items: list, part: str, dotted: str) -> int:
+    if not part.isdigit() or int(part) >= len(items):
+        raise ValueError(f"{dotted}: {part!r} is not the index of one of its {len(items)} items")
+    return int(part)

@@ -8,18 +8,22 @@ from pathlib import Path
 import yaml
 
 from mosaic_core.config import PipelineConfig
+from mosaic_core.config_sources import Source, translate
 from storage.own_pairs import locate
 
 
 def load_pipeline_config(config_file: str) -> PipelineConfig:
-    """The pipeline YAML at ``config_file``, validated; ``pairs.path`` is read relative to the
-    file's folder (an absolute path, or a hub dataset, stays as it is)."""
+    """The pipeline YAML at ``config_file``, validated; a source's paths (``source.path`` of own
+    pairs) are read relative to the file's folder (an absolute path, or a hub dataset, stays as it
+    is)."""
     path = Path(config_file).expanduser().resolve()
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"{config_file}: the top level must be a mapping of sections (base_model:, ingest:, "
+        raise ValueError(f"{config_file}: the top level must be a mapping of sections (base_model:, source:, "
                          f"train:, …), not a {type(data).__name__}; see docs/pipeline.example.yaml")
-    pairs = data.get("pairs")
-    if isinstance(pairs, dict) and isinstance(pairs.get("path"), str):
-        data["pairs"] = {**pairs, "path": locate(pairs["path"], path.parent)}
+    data = translate(data)
+    section = data.get("source")
+    if isinstance(section, dict) and (kind := Source.kinds().get(section.get("kind", "pubmed"))) is not None:
+        data["source"] = {**section, **{k: locate(section[k], path.parent) for k in kind.relative_paths
+                                        if isinstance(section.get(k), str)}}
     return PipelineConfig.load(data)

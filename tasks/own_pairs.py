@@ -134,11 +134,11 @@ def _too_few(source: str, distinct: int, rows: int, batch: int, heldout: int, va
                        f"batch of {batch}. Add pairs, or lower train batch_size / heldout_pairs / validation_pairs")
 
 
-def check_pairs_at_hand(cfg: PipelineConfig) -> None:
-    """A :class:`CorpusError` when ``cfg.pairs`` holds fewer distinct usable pairs (normalised and
-    filtered as the import does) than the run needs: read only until it has seen enough, so the
-    CLI says so in a second, before anything is written or started."""
-    own, batch = cfg.pairs, cfg.largest_batch
+def check_pairs_at_hand(own: OwnPairsConfig, cfg: PipelineConfig) -> None:
+    """A :class:`CorpusError` when the pairs ``own`` names hold fewer distinct usable pairs
+    (normalised and filtered as the import does) than the run ``cfg`` needs: read only until it has
+    seen enough, so the CLI says so in a second, before anything is written or started."""
+    batch = cfg.largest_batch
     need = pairs_needed(batch, cfg.train.heldout_pairs, cfg.train.validation_pairs)
     seen, stats, unreadable = set(), PairStats(), {}
     for chunk in iter_pairs(check_own_pairs(own.path, own.query_column, own.document_column), own.query_column,

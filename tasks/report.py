@@ -9,6 +9,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from mosaic_core.config_sources import PubMedSource
 from mosaic_core.evaluate.run_report import RunStory, headline, render
 from mosaic_core.evaluate.scoring import TaskScore
 from mosaic_core.data.splits import split_sizes
@@ -19,19 +20,11 @@ def _reasons(counts: Counter) -> str:
     return ", ".join(f"{reason} {n:,}" for reason, n in counts.most_common() if n) or "–"
 
 
-FUNNEL_STEPS = {
-    "pubmed": ("citations parsed", "file", "pairs after the ingest filters",
-               "latest pairs (revisions, deletions applied)"),
-    "pairs": ("rows read", "partition", "pairs after the length and language filters", "pairs to filter"),
-}
-"""The funnel's first three steps in the words of the source: PubMed's citations, or a user's pairs."""
-
-
 def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | None, validation: int,
-           test: int, source: str = "pubmed") -> list[tuple[str, int, str]]:
+           test: int, words: tuple[str, str, str, str] = PubMedSource.funnel_words) -> list[tuple[str, int, str]]:
     """(step, rows after it, what it dropped) from the ingest and filter manifests and the first
-    stage's result."""
-    read, parts, after_rules, latest = FUNNEL_STEPS[source]
+    stage's result, its first steps in the source's ``words`` (``Source.funnel_words``)."""
+    read, parts, after_rules, latest = words
     rows = []
     if ingested:
         dropped = sum((Counter(m.dropped) for m in ingested), Counter())

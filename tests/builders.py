@@ -217,7 +217,7 @@ def tiny_pipeline_yaml(path: Path, source: str, base_model: str, **extra: object
     import yaml
 
     stage = {"batch_size": 4, "max_steps": 2, "checkpoint_every": 1, "log_every": 1}
-    cfg = {"base_model": base_model, "ingest": {"source": source},
+    cfg = {"base_model": base_model, "source": {"kind": "pubmed", "source": source},
            "filter": {"model": base_model, "mode": "threshold", "threshold": -1.0},
            "vocab": {"vocab_size": 300, "heldout_every": 5, "min_count": 20},  # a tiny corpus
            "train": {"heldout_pairs": 4, "stages": [{"name": "joint", "kind": "joint", **stage},

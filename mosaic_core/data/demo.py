@@ -345,8 +345,8 @@ def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 
     return DemoData(files, terms, corpus, queries, qrels)
 
 
-def demo_pipeline(source: str, task: str) -> PipelineConfig:
-    """The built-in demo's pipeline: its generated snapshot at ``source``, the
+def demo_pipeline(seed: int, task: str) -> PipelineConfig:
+    """The built-in demo's pipeline: its generated snapshot of ``seed`` (the demo source), the
     offline MiniLM as base and filter model, a 20-step MLM warm-up of the head then the paper's
     joint stage (30 steps, one hard negative per pair), beside the control (30 contrastive steps
     from the base), finishing in minutes on a CPU, scored on the held-out pairs and the
@@ -363,7 +363,7 @@ def demo_pipeline(source: str, task: str) -> PipelineConfig:
     return PipelineConfig.load({
         "base_model": OFFLINE_MODEL,
         "domain": "an invented biomedical sub-field (the MOSAIC demo)",
-        "ingest": {"source": source},
+        "source": {"kind": "demo", "seed": seed},
         # One chunk of ~950 pairs: keep a pair whose document is among its title's 100 nearest. The
         # twin citations that teach the invented words rank up to ~130 for the base model (95th
         # percentile 40), which has never seen the words; the incoherent ones rank 140 or deeper.

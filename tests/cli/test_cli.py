@@ -47,7 +47,7 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     with pytest.raises(ValueError, match="set model_kind only"):
         PipelineConfig.model_validate(dense_stage)
     islamic = PipelineConfig.load(yaml.safe_load((root / "docs" / "islamic.example.yaml").read_text()))
-    assert islamic.islamic.threshold == 0.5 and islamic.gate_tasks() == ["heldout", "verses"]
+    assert islamic.source.threshold == 0.5 and islamic.gate_tasks() == ["heldout", "verses"]
     assert [t.kind for t in islamic.eval_specs("/data")] == ["heldout", "verses"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  stages:\n    - {name: joint, kind: jiont}\n")

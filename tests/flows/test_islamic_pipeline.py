@@ -26,7 +26,8 @@ def test_islamic_config_runs_the_pipeline_on_verse_pairs(tmp_path):
     config = tmp_path / "islamic.yaml"
     config.write_text(yaml.safe_dump({
         "base_model": base, "domain": "Islamic texts",
-        "islamic": {"quran": str(quran), "tafsir": str(tafsir), "threshold": -1.0},  # every candidate kept
+        "source": {"kind": "islamic", "quran": str(quran), "tafsir": str(tafsir),
+                   "threshold": -1.0},  # every candidate kept
         "filter": {"model": base},
         "vocab": {"vocab_size": 300, "heldout_every": 5, "init": "mean"},
         "train": {"heldout_pairs": 8, "validation_pairs": 0,

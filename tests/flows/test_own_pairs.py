@@ -88,7 +88,7 @@ def test_a_misspelt_column_is_one_short_error_listing_the_columns(tmp_path):
 @pytest.mark.timeout(1800)
 def test_the_python_docs_example_runs_end_to_end_and_a_rerun_is_cached(tmp_path):
     cfg = load_pipeline_config(str(EXAMPLE))
-    assert Path(cfg.pairs.path) == EXAMPLE.parent / "pairs.jsonl"  # relative to the config file
+    assert Path(cfg.source.path) == EXAMPLE.parent / "pairs.jsonl"  # relative to the config file
     root = tmp_path / "python-docs"
     result = mosaic_pipeline(cfg, str(root))
 

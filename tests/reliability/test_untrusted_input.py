@@ -155,9 +155,9 @@ def test_a_yaml_boolean_is_refused_where_a_number_belongs():
     with pytest.raises(ValidationError, match=r"threshold"):
         FilterConfig(mode="threshold", threshold=False)
     cfg = PipelineConfig.load(yaml.safe_load(
-        "filter:\n  k: 2\ningest:\n  subsets: [baseline]\ntrain:\n  merge_weights: [1]\n"
+        "filter:\n  k: 2\nsource:\n  subsets: [baseline]\ntrain:\n  merge_weights: [1]\n"
         "  stages:\n    - {name: joint, kind: joint, lr: 1, symmetric: true}\n"))
-    assert cfg.filter.k == 2 and cfg.ingest.subsets == ("baseline",) and cfg.train.merge_weights == (1.0,)
+    assert cfg.filter.k == 2 and cfg.source.subsets == ("baseline",) and cfg.train.merge_weights == (1.0,)
     stage = cfg.train.stages[0]
     assert stage.lr == 1.0 and isinstance(stage.lr, float) and stage.symmetric is True
 

@@ -1,4 +1,5 @@
-"""Flows that build derived corpora and score them: the Islamic recipe and the invented-term probe."""
+"""The Islamic source (the low-resource recipe): verse pairs linked by Tafsir cross-references,
+threshold-filtered into the data root like any pairs file."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.evaluate import eval_flow
 from flows.filter import filter_flow
-from mosaic_core.config import EvalConfig, EvalTaskSpec, FilterConfig
+from mosaic_core.config import FilterConfig, IslamicSource, PipelineConfig
 from storage.lock import root_lock
-from tasks.corpora import islamic_candidates, probe_activation, write_probe
+from storage.manifest import Manifest
+from tasks.corpora import islamic_candidates
 from tasks.filter import dropped_examples, score_report
 
 
@@ -26,10 +27,7 @@ def islamic_pairs_flow(quran: str, tafsir: str, cfg: FilterConfig, data_root: st
                 "dropped": dropped_examples(data_root, 5)}
 
 
-@flow(name="probe")
-def probe_flow(models: dict[str, str], word: str, out_dir: str) -> dict:
-    """The invented-term probe for ``word`` written to ``out_dir`` and every model scored on it."""
-    probe = write_probe(word, out_dir)
-    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name=f"invented-{probe['word']}", path=probe["task"]),))
-    return {**probe, **eval_flow(models, cfg, str(Path(out_dir) / "report")),
-            "activation": probe_activation(models, probe["word"])}
+def islamic_pairs(source: IslamicSource, cfg: PipelineConfig, data_root: str) -> tuple[list[Manifest], list[Manifest]]:
+    """(no ingest manifests, the filter's) of the verse pairs ``source`` builds, scored by ``cfg.filter.model``."""
+    pairs = islamic_pairs_flow(source.quran, source.tafsir, source.filter_config(cfg.filter.model), data_root)
+    return [], [pairs["manifest"]]
