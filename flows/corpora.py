@@ -8,7 +8,8 @@ from prefect import flow
 
 from flows.evaluate import eval_flow
 from flows.filter import filter_flow
-from mosaic_core.config import EvalConfig, EvalTaskSpec, FilterConfig
+from mosaic_core.config import EvalConfig, FilterConfig
+from mosaic_core.eval_tasks import BeirTask
 from storage.lock import root_lock
 from tasks.corpora import islamic_candidates, probe_activation, write_probe
 from tasks.filter import dropped_examples, score_report
@@ -30,6 +31,6 @@ def islamic_pairs_flow(quran: str, tafsir: str, cfg: FilterConfig, data_root: st
 def probe_flow(models: dict[str, str], word: str, out_dir: str) -> dict:
     """The invented-term probe for ``word`` written to ``out_dir`` and every model scored on it."""
     probe = write_probe(word, out_dir)
-    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name=f"invented-{probe['word']}", path=probe["task"]),))
+    cfg = EvalConfig(tasks=(BeirTask(name=f"invented-{probe['word']}", path=probe["task"]),))
     return {**probe, **eval_flow(models, cfg, str(Path(out_dir) / "report")),
             "activation": probe_activation(models, probe["word"])}
