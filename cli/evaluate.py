@@ -89,22 +89,22 @@ def eval_models(
 
     Queries and documents get the prompts each model declares (a MOSAIC model declares those it
     was trained with), or --query-prompt/--document-prompt for every model."""
-    from mosaic_core.config import EvalConfig, EvalTaskSpec
+    from mosaic_core.config import EvalConfig
+    from mosaic_core.eval_tasks import BeirTask, HeldoutTask, MtebTask, StsTask, VersesTask
     from mosaic_core.evaluate.scoring import MEDICAL_TASKS
 
     names = [t for name in task or [] for t in (MEDICAL_TASKS if name == "medical" else (name,))]
-    specs = [EvalTaskSpec(kind="mteb", name=n) for n in names]
-    specs += [EvalTaskSpec(kind="beir", name=p.expanduser().resolve().name, path=str(p)) for p in beir or []]
-    specs += [EvalTaskSpec(kind="sts", name=p.stem, path=str(p)) for p in sts or []]
+    specs = [MtebTask(name=n) for n in names]
+    specs += [BeirTask(name=p.expanduser().resolve().name, path=str(p)) for p in beir or []]
+    specs += [StsTask(name=p.stem, path=str(p)) for p in sts or []]
     if heldout:
-        specs.append(EvalTaskSpec(kind="heldout", name="heldout", path=heldout, heldout_pairs=heldout_pairs,
-                                  pool=pool, query_column=query_column, document_column=document_column))
+        specs.append(HeldoutTask(name="heldout", path=heldout, heldout_pairs=heldout_pairs, pool=pool,
+                                 query_column=query_column, document_column=document_column))
     if verses:
         if not quran:
             raise typer.BadParameter("--verses needs --quran (the verse collection)")
-        specs.append(EvalTaskSpec(kind="verses", name="verses", path=verses, collection=str(quran),
-                                  heldout_pairs=heldout_pairs, query_column=query_column,
-                                  document_column=document_column))
+        specs.append(VersesTask(name="verses", path=verses, collection=str(quran), heldout_pairs=heldout_pairs,
+                                query_column=query_column, document_column=document_column))
     if not specs:
         raise typer.BadParameter("no task: give --task, --beir, --sts, --heldout or --verses")
     if model_kind not in ("auto", "dense", "sparse"):

@@ -150,7 +150,8 @@ def _is_list(annotation) -> bool:
 
 def walk_sections(model: type[BaseModel] | None = None, path: str = "") -> Iterator[tuple[str, type[BaseModel]]]:
     """``(\"train.stages[]\", StageConfig)`` for the top level (path ``\"\"``) and every nested section,
-    depth first in field order; a model met again (the prompts) is listed at its first path only."""
+    depth first in field order; a model met again (the prompts) is listed at its first path only, and
+    each model of a union of kinds under its kind (``"eval_tasks[] kind: beir"``)."""
     from mosaic_core.config import PipelineConfig
 
     seen: set[type[BaseModel]] = set()
@@ -159,20 +160,25 @@ def walk_sections(model: type[BaseModel] | None = None, path: str = "") -> Itera
         seen.add(m)
         yield p, m
         for name, field in m.model_fields.items():
-            for sub in _models_in(field.annotation):
+            subs = _models_in(field.annotation)
+            for sub in subs:
                 if sub not in seen:
-                    sub_path = f"{p}.{name}" if p else name
-                    yield from walk(sub, sub_path + ("[]" if _is_list(field.annotation) else ""))
+                    sub_path = (f"{p}.{name}" if p else name) + ("[]" if _is_list(field.annotation) else "")
+                    if len(subs) > 1 and "kind" in sub.model_fields:  # one section per kind of a union
+                        sub_path += f" kind: {sub.model_fields['kind'].default}"
+                    yield from walk(sub, sub_path)
                     # a field typed by a registry (the data source) takes any registered kind: each is a section
                     for kind, member in getattr(sub, "kinds", dict)().items():
                         if member not in seen:
-                            yield from walk(member, f"{sub_path} (kind: {kind})")
+                            yield from walk(member, f"{sub_path} kind: {kind}")
 
     yield from walk(model or PipelineConfig, path)
 
 
 def _type(annotation, links: dict[type[BaseModel], str]) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:  # a discriminated union and its members: the types themselves
+        return _type(args[0], links)
     if origin is Literal:
         return " \\| ".join(f"`{json.dumps(a)}`" for a in args)
     if origin in (Union, types.UnionType):

@@ -48,7 +48,7 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
     checksums = {s.name: task_checksum(s) for s in specs}
     checksums |= {f"{name}@{d}": c for name, c in list(checksums.items()) for d in cfg.dims or ()}
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},
-                **{f"task {s.name}": f"{s.kind} {s.path or ''} ({checksums[s.name]})" for s in specs},
+                **{f"task {s.name}": f"{s.kind} {s.source()} ({checksums[s.name]})" for s in specs},
                 "eval config": cfg.config_hash()}
     paths = report_task(scores, out_dir, metadata, [f"not evaluated: {p}" for p in problems])
     if data_root:

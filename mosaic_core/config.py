@@ -1,7 +1,8 @@
 """Typed, frozen configuration for every stage, loaded once at the edge and passed explicitly:
 the evaluation, the gate, tracking and the whole pipeline here, the data steps in
 :mod:`mosaic_core.config_data`, stage 1 and training in :mod:`mosaic_core.config_train`
-(every config is importable from here)."""
+(every config is importable from here), the evaluation task kinds in :mod:`mosaic_core.eval_tasks`
+(their union, ``EvalTaskSpec``, importable from here)."""
 
 from __future__ import annotations
 
@@ -9,56 +10,17 @@ from typing import Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
-from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen, file_name
+from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
 from mosaic_core.config_sources import DemoSource, IslamicSource, OwnPairsSource, PubMedSource, Source, translate
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
+from mosaic_core.eval_tasks import EvalTask, EvalTaskSpec, HeldoutTask
 
-__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "EvalConfig", "EvalTaskSpec", "FilterConfig", "Frozen",
-           "GateConfig", "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL",
+__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "EvalConfig", "EvalTask", "EvalTaskSpec", "FilterConfig",
+           "Frozen", "GateConfig", "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL",
            "OwnPairsConfig", "OwnPairsSource", "PRESETS", "PairConfig", "PipelineConfig", "PromptsConfig",
            "PubMedSource", "Source", "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
-
-
-class EvalTaskSpec(Frozen):
-    """One evaluation task: an mteb task by name, or local files wrapped as an mteb task."""
-
-    kind: Literal["mteb", "beir", "sts", "heldout", "verses"] = Field(
-        ..., description="mteb: a task by name; beir: a BEIR folder; sts: an STS file; heldout: a run's held-out "
-        "pairs; verses: the Islamic held-out verse links.")
-    name: str = Field(..., min_length=1, description="mteb task name, or the label of a local task (it names the "
-                      "task's predictions file: no '/', '\\', '.' or '..').")
-    description: str | None = Field(
-        None, description="What the task asks, in words a newcomer understands (the run report leads with it).")
-    path: str | None = Field(None, description="BEIR folder, STS file, or pairs source (heldout, verses).")
-    collection: str | None = Field(
-        None, description="verses: the Qur'an translation ('sura|aya|text' lines) whose verses are the corpus."
-    )
-    split: str | None = Field(None, description="BEIR qrels split (default: test, or the only one).")
-    pool: int = Field(10_000, gt=0, description="heldout: distractor documents from the training pairs.")
-    heldout_pairs: int = Field(256, gt=0, description="heldout: pairs held out (must match training).")
-    held: Literal["test", "validation"] = Field(
-        "test", description="heldout: retrieve the test pairs (the lowest heldout_pairs content hashes), or the "
-        "validation pairs (the next validation_pairs) with distractors from the training pairs only, as a training "
-        "stage's validation does.")
-    validation_pairs: int = Field(0, ge=0, description="heldout, held validation: the run's validation_pairs.")
-    query_column: str = Field("query", description="heldout: column of a pairs file that holds the queries.")
-    document_column: str = Field("document", description="heldout: column of a pairs file that holds the "
-                                 "documents.")
-
-    @field_validator("name")
-    @classmethod
-    def _a_file_name(cls, name: str) -> str:
-        return file_name(name, "an evaluation task's name")
-
-    @model_validator(mode="after")
-    def _path_for_local(self) -> EvalTaskSpec:
-        if self.kind != "mteb" and not self.path:
-            raise ValueError(f"a {self.kind} task needs a path")
-        if self.kind == "verses" and not self.collection:
-            raise ValueError("a verses task needs a collection (the 'sura|aya|text' translation file)")
-        return self
 
 
 class EvalConfig(Frozen):
@@ -181,11 +143,11 @@ class PipelineConfig(Frozen):
         Islamic source's verses), then ``eval_tasks``."""
         return [t.name for t in self.eval_specs(".")]
 
-    def eval_specs(self, data_root: str) -> tuple[EvalTaskSpec, ...]:
+    def eval_specs(self, data_root: str) -> tuple[EvalTask, ...]:
         """The tasks of :meth:`evaluated_tasks` for a run whose pairs live in ``data_root``."""
         pairs = {"path": data_root, "heldout_pairs": self.train.heldout_pairs, "query_column": self.train.query_column,
                  "document_column": self.train.document_column}
-        heldout = EvalTaskSpec(kind="heldout", name="heldout", pool=self.eval_pool, **pairs,
+        heldout = HeldoutTask(name="heldout", pool=self.eval_pool, **pairs,
                                description=self.source.heldout_description)
         return (heldout, *self.source.eval_tasks(pairs), *self.eval_tasks)
 
@@ -198,14 +160,14 @@ class PipelineConfig(Frozen):
         """The most pairs one optimizer step of any stage takes (its batch times its accumulation)."""
         return max(s.batch_size * s.accumulation for s in self.train.stages)
 
-    def validation_spec(self, data_root: str) -> EvalTaskSpec:
+    def validation_spec(self, data_root: str) -> HeldoutTask:
         """The run's validation pairs as a retrieval task (as a training stage scores itself): what
         the adapted model and the control are chosen on, never the test pairs."""
-        return EvalTaskSpec(kind="heldout", name="validation", path=data_root, held="validation",
-                            heldout_pairs=self.train.heldout_pairs, validation_pairs=self.train.validation_pairs,
-                            pool=max(self.train.validation_pool, 1), query_column=self.train.query_column,
-                            document_column=self.train.document_column,
-                            description="the validation pairs (held out of training, not the test pairs)")
+        return HeldoutTask(name="validation", path=data_root, held="validation",
+                           heldout_pairs=self.train.heldout_pairs, validation_pairs=self.train.validation_pairs,
+                           pool=max(self.train.validation_pool, 1), query_column=self.train.query_column,
+                           document_column=self.train.document_column,
+                           description="the validation pairs (held out of training, not the test pairs)")
 
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from mosaic_core.config_base import Frozen
 from mosaic_core.config_data import IngestConfig, IslamicConfig, OwnPairsConfig
+from mosaic_core.eval_tasks import EvalTask, VersesTask
 
 
 class Source(Frozen):
@@ -86,7 +87,7 @@ class Source(Frozen):
         """Local files the run reads, by field name: each must exist before a run starts."""
         return {}
 
-    def eval_tasks(self, pairs: dict) -> tuple:
+    def eval_tasks(self, pairs: dict) -> tuple[EvalTask, ...]:
         """Evaluation tasks of the source's own beside the held-out pairs (``pairs``: the
         held-out task's path and columns)."""
         return ()
@@ -140,12 +141,10 @@ class IslamicSource(Source, IslamicConfig):
     def inputs(self) -> dict[str, str]:
         return {"quran": self.quran, "tafsir": self.tafsir}
 
-    def eval_tasks(self, pairs: dict) -> tuple:
-        from mosaic_core.config import EvalTaskSpec  # the evaluation configs build on this module
-
-        return (EvalTaskSpec(kind="verses", name="verses", collection=self.quran, **pairs,
-                             description="finding the verses a held-out verse's Tafsir commentary cites, among every "
-                             "verse of the Qur'an"),)
+    def eval_tasks(self, pairs: dict) -> tuple[EvalTask, ...]:
+        return (VersesTask(name="verses", collection=self.quran, **pairs,
+                           description="finding the verses a held-out verse's Tafsir commentary cites, among every "
+                           "verse of the Qur'an"),)
 
 
 class DemoSource(Source):

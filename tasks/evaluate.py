@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import uuid
@@ -15,15 +14,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
-from mosaic_core.config import EvalTaskSpec
+from mosaic_core.eval_tasks import EvalTask
 from mosaic_core.evaluate import scoring as evaluation
 from mosaic_core.evaluate.report import write_report
 from mosaic_core.evaluate.scoring import TaskScore
+from mosaic_core.evaluate.task_readers import task_readers
 from mosaic_core.modeling import card
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.modeldir import MODEL_CARD, read_stage_record, read_vocab_report, write_card
 from mosaic_core.modeling.refs import resolve_model
-from mosaic_core.trainer.heldout import heldout_split, retrieval_task
 from mosaic_core.versioning import code_version
 from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
@@ -34,25 +33,17 @@ from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(evaluation)
+READERS = task_readers(read_beir=read_beir, read_sts=read_sts, pair_batches=pair_batches,
+                       corpus_fingerprint=corpus_fingerprint)
+"""What every evaluation task kind reads and builds with: storage's file readers, the evaluation's builders."""
 
 
-def task_checksum(spec: EvalTaskSpec) -> str:
+def task_checksum(spec: EvalTask) -> str:
     """What a task's scores depend on besides the model: its data and definition."""
-    if spec.kind == "mteb":
-        import mteb
-
-        data = f"mteb-{mteb.__version__}"
-    else:
-        path = Path(spec.path).expanduser()
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() and spec.kind == "beir" else []
-        data = (hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16] if files
-                else corpus_fingerprint(str(path)))
-        if spec.collection:
-            data += corpus_fingerprint(str(Path(spec.collection).expanduser()))
-    return cache_key("evaltask", data, spec.config_hash())
+    return spec.checksum(READERS)
 
 
-def load_task(spec: EvalTaskSpec):
+def load_task(spec: EvalTask):
     """The mteb task object of ``spec`` with its data in memory; raises TaskUnavailable/BenchmarkError.
 
     Loaded once per process and data checksum: the flow's up-front check and every model's
@@ -62,56 +53,8 @@ def load_task(spec: EvalTaskSpec):
 
 
 @lru_cache(maxsize=16)
-def _load_task(spec: EvalTaskSpec, checksum: str):
-    if spec.kind == "mteb":
-        return evaluation.hub_task(spec.name)
-    if spec.kind == "beir":
-        data = read_beir(Path(spec.path).expanduser(), spec.split)
-        if any(data.skipped.values()):
-            log.warning("%s: skipped %s", spec.name, data.skipped)
-        return evaluation.retrieval_task(spec.name, data.corpus, data.queries, data.qrels, data.description)
-    if spec.kind == "sts":
-        data = read_sts(Path(spec.path).expanduser())
-        if data.skipped:
-            log.warning("%s: skipped %d unusable rows", spec.name, data.skipped)
-        return evaluation.sts_task(spec.name, data.rows, data.min_score, data.max_score, f"STS file {spec.path}")
-    skipped: list[dict[str, int]] = []  # per pass over the source: each pass counts the same rows
-
-    def batches():
-        skipped.append({})
-        return pair_batches(spec.path, spec.query_column, spec.document_column, skipped[-1])
-    heldout, distractors, n = heldout_split(batches, spec.heldout_pairs, 0 if spec.kind == "verses" else spec.pool,
-                                            spec.validation_pairs, spec.held)
-    if sum(skipped[0].values()):
-        log.warning("%s: skipped %d rows without a usable %s/%s (%s)", spec.path, sum(skipped[0].values()),
-                    spec.query_column, spec.document_column, ", ".join(f"{k} {v}" for k, v in skipped[0].items()))
-    if not heldout:
-        raise evaluation.TaskUnavailable(f"{spec.name}: {spec.path} has too few pairs ({n}) to hold any out")
-    if spec.kind == "verses":
-        return _verse_task(spec, heldout)
-    corpus, queries, qrels = retrieval_task(heldout, distractors)
-    return evaluation.retrieval_task(spec.name, corpus, queries, qrels,
-                                     f"held-out pairs of {spec.path}: {len(queries)} queries, {len(corpus)} documents")
-
-
-def _verse_task(spec: EvalTaskSpec, heldout: list[tuple[str, str]]):
-    from mosaic_core.data.islamic import read_quran
-
-    try:
-        verses = read_quran(Path(spec.collection).expanduser())
-    except (OSError, ValueError) as exc:
-        raise evaluation.TaskUnavailable(f"{spec.name}: cannot read the verse collection {spec.collection}: {exc}. "
-                                         "Pass the Sahih International translation as 'sura|aya|text' lines") from exc
-    corpus, queries, qrels, missing = evaluation.verse_retrieval_data(heldout, verses)
-    if missing:
-        log.warning("%s: %d of %d held-out links cite a text that is no verse of %s; left out", spec.name, missing,
-                    len(heldout), spec.collection)
-    if not queries:
-        raise evaluation.TaskUnavailable(f"{spec.name}: no held-out link of {spec.path} cites a verse of "
-                                         f"{spec.collection}; are these Tafsir verse pairs (`mosaic pairs islamic`)?")
-    return evaluation.retrieval_task(
-        spec.name, corpus, queries, qrels, f"held-out Tafsir links of {spec.path}: {len(queries)} verses over "
-        f"{len(corpus)} verse texts", ignore_identical_ids=True)
+def _load_task(spec: EvalTask, checksum: str):
+    return spec.load(READERS)
 
 
 @task(name="evaluation-report", cache_policy=NO_CACHE)
@@ -158,7 +101,7 @@ def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
 
 @task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
       persist_result=True, result_serializer=SERIALIZER, retries=0)
-def evaluate_task(model_name: str, model_path: str, spec: EvalTaskSpec, work_dir: str, batch_size: int = 64,
+def evaluate_task(model_name: str, model_path: str, spec: EvalTask, work_dir: str, batch_size: int = 64,
                   model_kind: str = "auto", prompts: dict | None = None, dim: int | None = None) -> dict:
     """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10).
     ``prompts``: the query and document prompts (None: what the model declares). ``dim``: the

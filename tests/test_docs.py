@@ -54,4 +54,4 @@ def test_missing_help_is_reported(gen, monkeypatch):
     from mosaic_core.config import PairConfig
 
     monkeypatch.setattr(PairConfig.model_fields["min_title_words"], "description", None)
-    assert "config field `source (kind: pubmed).pairs.min_title_words` (PairConfig)" in gen.missing_help()
+    assert "config field `source kind: pubmed.pairs.min_title_words` (PairConfig)" in gen.missing_help()

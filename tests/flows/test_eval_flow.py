@@ -6,7 +6,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from flows.evaluate import EvaluationInputError, eval_flow
-from mosaic_core.config import EvalConfig, EvalTaskSpec
+from mosaic_core.config import EvalConfig
+from mosaic_core.eval_tasks import BeirTask, HeldoutTask, StsTask
 from storage.catalog import Catalog
 from storage.layout import DataLayout
 
@@ -27,8 +28,8 @@ def test_eval_flow_reports_records_history_and_caches(models, tmp_path):
     pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
     sts = tmp_path / "sts.csv"
     sts.write_text("sentence1,sentence2,score\nthe patient,a patient,5\ncells,the q,1\na cell,cells,4\nq,with,0\n")
-    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="heldout", name="heldout", path=str(pairs), heldout_pairs=8, pool=20),
-                            EvalTaskSpec(kind="sts", name="toy-sts", path=str(sts))))
+    cfg = EvalConfig(tasks=(HeldoutTask(name="heldout", path=str(pairs), heldout_pairs=8, pool=20),
+                            StsTask(name="toy-sts", path=str(sts))))
     root = tmp_path / "root"
     out = eval_flow(models, cfg, str(tmp_path / "report"), str(root))
     assert [s["task"] for s in out["scores"]["a"]] == ["heldout", "toy-sts"]
@@ -46,7 +47,7 @@ def test_eval_flow_reports_records_history_and_caches(models, tmp_path):
 
 
 def test_unavailable_task_stops_before_scoring_or_is_reported(models, tmp_path):
-    cfg = EvalConfig(tasks=(EvalTaskSpec(kind="beir", name="missing", path=str(tmp_path / "nope")),))
+    cfg = EvalConfig(tasks=(BeirTask(name="missing", path=str(tmp_path / "nope")),))
     with pytest.raises(EvaluationInputError, match="qrels"):
         eval_flow(models, cfg, str(tmp_path / "r"))
     result = CliRunner().invoke(app, ["eval", "--model", models["a"], "--out", str(tmp_path / "r"),

@@ -64,7 +64,7 @@ def test_the_reference_lists_every_kind_with_its_fields(toy_kind):
 
     page = config_markdown()
     for kind in ("pubmed", "pairs", "islamic", "demo", "toy"):
-        assert f"## source (kind: {kind})" in page
+        assert f"## source kind: {kind}" in page
     assert "How many pairs the toy makes." in page and not missing_help()
 
 

@@ -149,7 +149,8 @@ def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
     from builders import shared_data
 
     from flows.evaluate import eval_flow
-    from mosaic_core.config import EvalConfig, EvalTaskSpec
+    from mosaic_core.config import EvalConfig
+    from mosaic_core.eval_tasks import HeldoutTask
 
     rows = [json.loads(line) for line in shared_data("biomed", "biomed_title_abstract.jsonl").open()][:60]
     pairs = tmp_path / "pairs.jsonl"
@@ -162,7 +163,7 @@ def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
                         lr=1e-3, precision="fp32", document_max_length=64)
     (joint,) = train_flow(str(stage1), str(pairs), TrainConfig(stages=(stage,), heldout_pairs=8), str(tmp_path / "run"))
     assert joint["final"]["flops"] > 0 and joint["domain_vocab"] > 0
-    spec = EvalTaskSpec(kind="heldout", name="heldout", path=str(pairs), heldout_pairs=8, pool=20)
+    spec = HeldoutTask(name="heldout", path=str(pairs), heldout_pairs=8, pool=20)
     report = eval_flow({"base": str(base), "adapted": joint["out_dir"]},
                        EvalConfig(tasks=(spec,), model_kind="sparse"), str(tmp_path / "report"))
     for model in ("base", "adapted"):

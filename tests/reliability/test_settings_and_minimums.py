@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from flows.own_pairs import own_pairs_flow
-from mosaic_core.config import EvalTaskSpec, OwnPairsConfig, StageConfig
+from mosaic_core.config import OwnPairsConfig, StageConfig
+from mosaic_core.eval_tasks import MtebTask
 from mosaic_core.trainer import StageInputError
 from mosaic_core.trainer.build import check_inputs
 from mosaic_core.trainer.data import PairSet
@@ -21,8 +22,8 @@ from tasks.own_pairs import check_enough_pairs
 @pytest.mark.parametrize("name", ["../../../ESCAPED", "..", ".", "a/b", "a\\b"])
 def test_a_task_name_that_would_leave_its_folder_is_refused(name):
     with pytest.raises(ValidationError, match="becomes a file name"):
-        EvalTaskSpec(kind="mteb", name=name)
-    assert EvalTaskSpec(kind="mteb", name="SciFact-PL.v2").name == "SciFact-PL.v2"
+        MtebTask(name=name)
+    assert MtebTask(name="SciFact-PL.v2").name == "SciFact-PL.v2"
 
 
 def test_a_batch_larger_than_the_training_pairs_is_an_error():

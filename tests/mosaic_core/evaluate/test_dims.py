@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from sentence_transformers import SentenceTransformer
 
 from cli.evaluate import parse_dims
-from mosaic_core.config import EvalConfig, EvalTaskSpec
+from mosaic_core.config import EvalConfig
+from mosaic_core.eval_tasks import MtebTask
 from mosaic_core.evaluate.report import write_report
 from mosaic_core.evaluate.scoring import TaskScore, retrieval_task, score_task
 from mosaic_core.modeling.card import CardFacts, render
@@ -54,7 +55,7 @@ def test_dims_are_parsed_and_validated():
     for bad in ("", "a,b", "64,64", "128,0"):
         with pytest.raises(typer.BadParameter, match="distinct positive"):
             parse_dims(bad)
-    task = EvalTaskSpec(kind="mteb", name="BIOSSES")
+    task = MtebTask(name="BIOSSES")
     assert EvalConfig(tasks=(task,), dims=[384, 64]).dims == (384, 64)
     with pytest.raises(ValidationError, match="distinct positive"):
         EvalConfig(tasks=(task,), dims=[64, 64])
