@@ -62,3 +62,11 @@ def test_too_few_pairs_are_reported_before_any_server_starts(tmp_path, rows, exp
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert expected in " ".join(said.split())
     assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.parquet"))  # nothing written
+
+
+def test_a_wrong_set_is_reported_before_any_server_starts(tmp_path):
+    outcome, said = _mosaic("run", "--data-root", str(tmp_path / "root"), "--set", "train.heldout_pairs=-3")
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "--set" in said and "train.heldout_pairs" in " ".join(said.split())
+    outcome, said = _mosaic("run", "--data-root", str(tmp_path / "root"), "--set", "train.heldout_pairs")
+    assert outcome["code"] == 2 and "expected a dotted field and a value" in said

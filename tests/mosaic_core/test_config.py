@@ -70,3 +70,17 @@ def test_a_base_without_an_mlm_head_gets_a_head_only_warm_up_before_the_joint_st
     assert contrastive_only.with_warmup(False) is contrastive_only  # no MLM term to warm up
     warmup_preset = TrainConfig.preset("warmup")
     assert warmup_preset.with_warmup(False) is warmup_preset  # a warm-up already first
+
+
+def test_set_replaces_any_field_by_its_dotted_path():
+    cfg = PipelineConfig.load({"base_model": "a"}).overridden(
+        {"train.heldout_pairs": 100, "train.stages.0.max_steps": 7, "prompts.query": "q: ", "base_model": "b",
+         "source.kind": "pairs", "source.path": "x.jsonl"})
+    assert (cfg.train.heldout_pairs, cfg.train.stages[0].max_steps, cfg.train.stages[1].max_steps) == (100, 7, 80)
+    assert cfg.prompts.query == "q: " and cfg.vocab.base_model == "b"  # base_model fills its copy, as in a YAML
+    assert cfg.source.kind == "pairs" and cfg.source.path == "x.jsonl"  # a new kind starts from its own defaults
+    for sets, error in (({"train.stages.5.max_steps": 1}, "not the index of one of its 2 items"),
+                        ({"train.heldout_pairs.x": 1}, "heldout_pairs is a value, not a section"),
+                        ({"train.nope": 1}, "Extra inputs are not permitted")):
+        with pytest.raises(ValueError, match=error):
+            PipelineConfig().overridden(sets)
