@@ -107,7 +107,7 @@ def iter_documents(files: list[Path], text_column: str = "text", title_column: s
 
 
 def _report(files: list[Path], stats: DocumentStats, n: int) -> None:
-    where = f"{files[0]}" + (f" and {len(files) - 1} other file(s)" if len(files) > 1 else "")
+    where = f"{files[0]}" + (f" and {len(files) - 1} other file(s)" if len(files) > 1 else "") if files else "documents"
     if n == 0:
         why = f"every record was skipped ({dict(stats.skipped)})" if stats.skipped else "they hold no record"
         raise CorpusError(f"{where}: no documents to read: {why}. Pass documents with their text in the text column "

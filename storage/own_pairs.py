@@ -55,27 +55,29 @@ def _listing(text: bool) -> str:
     return f"{'.txt, .md, ' if text else ''}.jsonl, .json, .parquet, .csv, .tsv"
 
 
-def hub_dataset(source: str, what: str = "pairs") -> tuple[str, str | None, str | None] | None:
+def hub_dataset(source: str, what: str = "pairs", text: bool = False) -> tuple[str, str | None, str | None] | None:
     """(repository, revision, glob inside it) when ``source`` names a hub dataset: any
-    ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name.
-    ``what`` names the config section in messages (``pairs.path``, ``documents.path``)."""
+    ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name (nor,
+    with ``text``, a .txt/.md file's). ``what`` names the config section in messages
+    (``pairs.path``, ``documents.path``)."""
     if source.startswith(HUB_PREFIX):
         parts = source.removeprefix(HUB_PREFIX).split("/", 2)
         if len(parts) < 2 or not all(parts[:2]):
             raise CorpusError(f"{what}.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
         name, _, revision = parts[1].partition("@")
         return f"{parts[0]}/{name}", revision or None, parts[2] if len(parts) == 3 else None
-    if _HUB_ID.match(source) and _kind(Path(source)) is None:
+    if _HUB_ID.match(source) and _kind(Path(source), text) is None:
         repo, _, revision = source.partition("@")
         return repo, revision or None, None
     return None
 
 
-def locate(source: str, base: Path) -> str:
+def locate(source: str, base: Path, text: bool = False) -> str:
     """``source`` as the config should keep it: an absolute path (relative ones taken from
-    ``base``), or unchanged when it names a hub dataset and no such local path exists."""
+    ``base``), or unchanged when it names a hub dataset and no such local path exists (``text``:
+    as for documents, whose .txt/.md files are no dataset's name)."""
     path = base / Path(source).expanduser()
-    return source if not path.exists() and hub_dataset(source) is not None else str(path.resolve())
+    return source if not path.exists() and hub_dataset(source, text=text) is not None else str(path.resolve())
 
 
 def _hub_files(source: str, hub: tuple[str, str | None, str | None], what: str, text: bool) -> list[Path]:
@@ -115,7 +117,7 @@ def source_files(source: str, base: Path | None = None, *, what: str = "pairs", 
     path = Path(source).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    hub = None if path.exists() else hub_dataset(source, what)
+    hub = None if path.exists() else hub_dataset(source, what, text)
     if hub is not None:
         files = _hub_files(source, hub, what, text)
     elif path.is_file():

@@ -107,6 +107,10 @@ def test_unusable_sources_are_errors_that_name_the_file_and_what_to_do(tmp_path)
     with pytest.raises(CorpusError, match=r"documents.path 'missing': no such file, folder or glob \(paths are "
                        "relative to"):
         check_documents("missing", base=tmp_path)
+    with pytest.raises(CorpusError, match="documents.path 'notes/a.txt': no such file"):
+        check_documents("notes/a.txt", base=tmp_path)  # a text file's name is a missing file, not a hub dataset
+    assert own_pairs.locate("notes/a.txt", tmp_path, text=True) == str(tmp_path / "notes" / "a.txt")
+    assert own_pairs.locate("acme/notes", tmp_path, text=True) == "acme/notes"
     path = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist([{"body": "x", "name": "y"}]), path)
     with pytest.raises(CorpusError, match=r"d.parquet: no column 'text'; it has \['body', 'name'\]: set "
@@ -169,3 +173,8 @@ def test_built_pairs_are_written_atomically_with_counts_per_builder(tmp_path, mo
         write_pairs(out, failing())
     assert len(out.read_text().splitlines()) == 4  # the old file stands; no temporary is left
     assert sorted(p.name for p in out.parent.iterdir()) == ["pairs.jsonl"]
+
+
+def test_no_files_at_all_is_an_error_too():
+    with pytest.raises(CorpusError, match="no documents to read: they hold no record"):
+        list(iter_documents([]))
