@@ -26,17 +26,20 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from storage.pairs_io import CorpusError, _json_rows
+from storage.pairs_io import CorpusError, _json_rows, open_binary
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
+TEXT_SUFFIXES = (".txt", ".md")
+"""Plain-text files, one document each: read only where a caller asks for them (documents)."""
 COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 BATCH_ROWS = 10_000
 HUB_PREFIX = "hf://datasets/"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
 
 
-def _kind(path: Path) -> str | None:
-    """``jsonl``, ``parquet``, ``csv``, ``tsv`` or ``arrow`` (a dataset's Arrow file); None: not a pairs file."""
+def _kind(path: Path, text: bool = False) -> str | None:
+    """``jsonl``, ``parquet``, ``csv``, ``tsv`` or ``arrow`` (a dataset's Arrow file), or ``text``
+    (.txt, .md) when ``text``; None: not a file to read."""
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in COMPRESSED:
         suffixes = suffixes[:-1]
@@ -45,79 +48,91 @@ def _kind(path: Path) -> str | None:
         return "arrow"
     if last in SUFFIXES:
         return {".json": "jsonl"}.get(last, last[1:])
-    return None
+    return "text" if text and last in TEXT_SUFFIXES else None
 
 
-def hub_dataset(source: str) -> tuple[str, str | None, str | None] | None:
+def _listing(text: bool) -> str:
+    return f"{'.txt, .md, ' if text else ''}.jsonl, .json, .parquet, .csv, .tsv"
+
+
+def hub_dataset(source: str, what: str = "pairs", text: bool = False) -> tuple[str, str | None, str | None] | None:
     """(repository, revision, glob inside it) when ``source`` names a hub dataset: any
-    ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name."""
+    ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name (nor,
+    with ``text``, a .txt/.md file's). ``what`` names the config section in messages
+    (``pairs.path``, ``documents.path``)."""
     if source.startswith(HUB_PREFIX):
         parts = source.removeprefix(HUB_PREFIX).split("/", 2)
         if len(parts) < 2 or not all(parts[:2]):
-            raise CorpusError(f"pairs.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
+            raise CorpusError(f"{what}.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
         name, _, revision = parts[1].partition("@")
         return f"{parts[0]}/{name}", revision or None, parts[2] if len(parts) == 3 else None
-    if _HUB_ID.match(source) and _kind(Path(source)) is None:
+    if _HUB_ID.match(source) and _kind(Path(source), text) is None:
         repo, _, revision = source.partition("@")
         return repo, revision or None, None
     return None
 
 
-def locate(source: str, base: Path) -> str:
+def locate(source: str, base: Path, text: bool = False) -> str:
     """``source`` as the config should keep it: an absolute path (relative ones taken from
-    ``base``), or unchanged when it names a hub dataset and no such local path exists."""
+    ``base``), or unchanged when it names a hub dataset and no such local path exists (``text``:
+    as for documents, whose .txt/.md files are no dataset's name)."""
     path = base / Path(source).expanduser()
-    return source if not path.exists() and hub_dataset(source) is not None else str(path.resolve())
+    return source if not path.exists() and hub_dataset(source, text=text) is not None else str(path.resolve())
 
 
-def _hub_files(source: str, repo: str, revision: str | None, pattern: str | None) -> list[Path]:
-    """The pairs files of a hub dataset, from the hub's cache (downloaded there first when the
-    hub is reachable)."""
+def _hub_files(source: str, hub: tuple[str, str | None, str | None], what: str, text: bool) -> list[Path]:
+    """The pairs (or, with ``text``, documents) files of a hub dataset, from the hub's cache
+    (downloaded there first when the hub is reachable)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    patterns = [pattern] if pattern else [f"*{s}{c}" for s in SUFFIXES for c in ("", *COMPRESSED)] + ["*.arrow"]
+    repo, revision, pattern = hub
+    suffixes = (*SUFFIXES, *(TEXT_SUFFIXES if text else ()))
+    patterns = [pattern] if pattern else [f"*{s}{c}" for s in suffixes for c in ("", *COMPRESSED)] + ["*.arrow"]
     try:
         folder = Path(snapshot_download(repo, repo_type="dataset", revision=revision, allow_patterns=patterns))
     except LocalEntryNotFoundError as exc:
-        raise CorpusError(f"pairs.path {source!r}: no such local path, and the Hugging Face hub could not be reached "
+        raise CorpusError(f"{what}.path {source!r}: no such local path, and the Hugging Face hub could not be reached "
                           "with no copy of that dataset in its cache; run once where the hub is reachable, or give "
                           "a local file") from exc
     except (HfHubHTTPError, ValueError) as exc:
-        raise CorpusError(f"pairs.path {source!r}: no such local path, and the hub refused the dataset "
+        raise CorpusError(f"{what}.path {source!r}: no such local path, and the hub refused the dataset "
                           f"{repo!r}: {str(exc).splitlines()[0]}") from exc
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and _kind(p) and not p.name.startswith("."))
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and _kind(p, text) and not p.name.startswith("."))
     if pattern:
         files = [p for p in files if p.relative_to(folder).match(pattern)]
+    elif text:  # every dataset repository has a card: it is no document
+        files = [p for p in files if p.relative_to(folder).as_posix().lower() != "readme.md"]
     if not files:
-        raise CorpusError(f"pairs.path {source!r}: the hub dataset {repo!r} holds no pairs file (.jsonl, .json, "
-                          ".parquet, .csv, .tsv); for a dataset built by a script, try its Parquet conversion "
+        raise CorpusError(f"{what}.path {source!r}: the hub dataset {repo!r} holds no {what} file ({_listing(text)}"
+                          "); for a dataset built by a script, try its Parquet conversion "
                           f"(hf://datasets/{repo}@refs%2Fconvert%2Fparquet)")
     return files
 
 
-def source_files(source: str, base: Path | None = None) -> list[Path]:
+def source_files(source: str, base: Path | None = None, *, what: str = "pairs", text: bool = False) -> list[Path]:
     """The files of ``source`` (a file, folder, glob, ``save_to_disk`` folder or hub dataset;
-    relative to ``base`` when given), sorted; a CorpusError when there are none."""
+    relative to ``base`` when given), sorted; a CorpusError when there are none. With ``text``,
+    .txt and .md files count too (documents); ``what`` names the config section in messages."""
     path = Path(source).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
-    hub = None if path.exists() else hub_dataset(source)
+    hub = None if path.exists() else hub_dataset(source, what, text)
     if hub is not None:
-        files = _hub_files(source, *hub)
+        files = _hub_files(source, hub, what, text)
     elif path.is_file():
         files = [path]
     elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p) and not p.name.startswith("."))
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _kind(p, text) and not p.name.startswith("."))
         if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():  # save_to_disk
             files = [p for p in files if _kind(p) == "arrow"]
     elif globlib.has_magic(str(path)):
-        files = sorted(Path(p) for p in globlib.glob(str(path), recursive=True) if _kind(Path(p)))
+        files = sorted(Path(p) for p in globlib.glob(str(path), recursive=True) if _kind(Path(p), text))
     else:
         where = f" (paths are relative to {base})" if base is not None and not Path(source).is_absolute() else ""
-        raise CorpusError(f"pairs.path {source!r}: no such file, folder or glob{where}")
+        raise CorpusError(f"{what}.path {source!r}: no such file, folder or glob{where}")
     if not files:
-        raise CorpusError(f"pairs.path {source!r}: holds no pairs file (.jsonl, .json, .parquet, .csv, .tsv, "
+        raise CorpusError(f"{what}.path {source!r}: holds no {what} file ({_listing(text)}, "
                           "optionally compressed, or a Hugging Face save_to_disk folder)")
     # Absolute, not resolved: a hub cache's files are links to blobs whose names have no suffix.
     return [Path(os.path.abspath(f)) for f in files]
@@ -143,7 +158,7 @@ def _file_digest(path: str, size: int, mtime_ns: int, inode: int) -> bytes:
     return h.digest()
 
 
-def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[tuple]]:
+def _batches(path: Path, columns: tuple[str, ...], bad: dict[str, int]) -> Iterator[pa.RecordBatch | list[tuple]]:
     kind = _kind(path)
     try:
         if kind == "parquet":
@@ -172,12 +187,12 @@ def _batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Itera
 def _json_array(path: Path) -> list[dict] | None:
     """The records of a JSON array file (read whole: only small files are kept so), or ``None`` for
     JSON lines."""
-    with open(path, "rb") as fh:
-        start = fh.read(64).lstrip()
-    return json.loads(path.read_text(encoding="utf-8")) if start.startswith(b"[") else None
+    with open_binary(path) as fh:
+        start = fh.peek(64)[:64].lstrip()
+        return json.loads(fh.read().decode("utf-8")) if start.startswith(b"[") else None
 
 
-def _json_batches(path: Path, columns: tuple[str, str], bad: dict[str, int]) -> Iterator[list[tuple]]:
+def _json_batches(path: Path, columns: tuple[str, ...], bad: dict[str, int]) -> Iterator[list[tuple]]:
     records = _json_array(path)
     if records is None:
         yield from _json_rows(path, columns, bad, set(), BATCH_ROWS)
@@ -191,13 +206,28 @@ def iter_pairs(files: list[Path], query_column: str, document_column: str,
                bad: dict[str, int]) -> Iterator[list[tuple[object, object]]]:
     """Batches of (query, document) cells of every file in order; rows a reader could not parse
     are counted in ``bad`` (``invalid_json``, ``too_long``, ``not_utf8``)."""
-    columns = (query_column, document_column)
     for path in files:
-        for batch in _batches(path, columns, bad):
-            if isinstance(batch, list):
-                yield batch
-            else:
-                yield list(zip(*(batch.column(c).to_pylist() for c in columns), strict=True))
+        yield from file_batches(path, (query_column, document_column), bad)
+
+
+def file_batches(path: Path, columns: tuple[str, ...], bad: dict[str, int]) -> Iterator[list[tuple]]:
+    """Batches of rows (one cell per column, each column one the file has) of one file of a source,
+    streamed; rows a reader could not parse are counted in ``bad``. A JSON record that lacks a
+    column has ``None`` there."""
+    for batch in _batches(path, columns, bad):
+        if isinstance(batch, list):
+            yield batch
+        else:
+            yield list(zip(*(batch.column(c).to_pylist() for c in columns), strict=True))
+
+
+def file_columns(path: Path) -> set[str]:
+    """The columns of one file of a source, read cheaply (a schema, a CSV header, the keys of the
+    first 1,000 JSON records); a :class:`CorpusError` naming the file when it cannot be read."""
+    try:
+        return _columns(path)
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot be read as {_kind(path)}: {str(exc).splitlines()[0]}") from exc
 
 
 def _columns(path: Path) -> set[str]:
@@ -226,10 +256,7 @@ def check_own_pairs(source: str, query_column: str, document_column: str, base: 
     :class:`CorpusError` naming the file, the missing column and the columns it has otherwise."""
     files = source_files(source, base)
     for path in files:
-        try:
-            present = _columns(path)
-        except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorpusError(f"{path}: cannot be read as {_kind(path)}: {str(exc).splitlines()[0]}") from exc
+        present = file_columns(path)
         if not present:
             raise CorpusError(f"{path} {'is empty' if path.stat().st_size == 0 else 'has no row that reads'}: "
                               f"there are no pairs in it. Pass pairs with {query_column!r} and {document_column!r} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 from collections.abc import Iterator
@@ -48,6 +49,12 @@ would otherwise cost memory many times its size."""
 _SHOW_LINES = 5  # line numbers a warning names
 
 
+def open_binary(path: Path) -> BinaryIO:
+    """``path`` opened for reading bytes, decompressed on the fly when its name ends in ``.gz``,
+    ``.bz2``, ``.zst`` or ``.lz4`` (buffered, so ``readline`` works on either)."""
+    return io.BufferedReader(pa.input_stream(str(path), compression="detect"))
+
+
 def _skip_to_newline(fh: BinaryIO, chunk: int = 1 << 16) -> None:
     while block := fh.readline(chunk):
         if block.endswith(b"\n"):
@@ -58,9 +65,10 @@ def _jsonl_lines(path: Path, bad: dict[str, int], max_lines: int | None = None, 
     """The non-blank lines of a JSONL file as text. The file is read in binary with a bounded
     ``readline``, so a line longer than :data:`MAX_LINE_BYTES` is never held whole: it is skipped
     and counted in ``bad["too_long"]``; a line that is not valid UTF-8 is counted in
-    ``bad["not_utf8"]``. Both are logged once, naming the file and the first line numbers."""
+    ``bad["not_utf8"]``. A compressed file is decompressed as it is read. Both are logged once,
+    naming the file and the first line numbers."""
     lines: dict[str, list[int]] = {}
-    with open(path, "rb") as fh:
+    with open_binary(path) as fh:
         lineno = 0
         while max_lines is None or lineno < max_lines:
             raw = fh.readline(MAX_LINE_BYTES + 1)

@@ -121,3 +121,15 @@ def test_a_hub_dataset_is_read_from_the_hub_cache_when_the_hub_is_out_of_reach(t
         read("acme/contracts")
     with pytest.raises(CorpusError, match="no such file, folder or glob"):
         read("acme/clauses.jsonl")  # a pairs file's name is a missing file, not a hub dataset
+
+
+def test_compressed_json_lines_and_arrays_read_like_plain_ones(tmp_path):
+    import bz2
+
+    lines = "".join(json.dumps(r) + "\n" for r in ROWS).encode()
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "b.jsonl.bz2").write_bytes(bz2.compress(lines))
+    (tmp_path / "c.json.gz").write_bytes(gzip.compress(json.dumps(ROWS).encode()))
+    for name in ("a.jsonl.gz", "b.jsonl.bz2", "c.json.gz"):
+        _, rows, bad = read(str(tmp_path / name))
+        assert rows == EXPECTED and not bad, name
