@@ -64,18 +64,17 @@ def _with_prompts(cfg, prompts: dict):
     return PipelineConfig.load({**data, "base_model": cfg.base_model, "prompts": prompts})
 
 
-def _own_pairs_config(path: str, query_column: str, document_column: str, domain: str | None,
-                      base_model: str | None, prompts: dict | None = None):
-    """``mosaic run --pairs``: the pipeline's defaults around a ``pairs`` source (the path
-    relative to the working directory); ``base_model`` also filters the pairs."""
+def _source_config(source: dict, domain: str | None, base_model: str | None, prompts: dict | None = None):
+    """``mosaic run --pairs`` or ``--documents``: the pipeline's defaults around that ``source``
+    (its path relative to the working directory); ``base_model`` also filters the pairs."""
     from mosaic_core.config import PipelineConfig
     from storage.own_pairs import locate
 
     models = {"base_model": base_model, "filter": {"model": base_model}} if base_model else {}
+    path = locate(source["path"], Path.cwd(), text=source["kind"] == "documents")
     return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
                                 **({"prompts": prompts} if prompts is not None else {}),
-                                "source": {"kind": "pairs", "path": locate(path, Path.cwd()),
-                                           "query_column": query_column, "document_column": document_column}})
+                                "source": {**source, "path": path}})
 
 
 def _sets(items: list[str]) -> dict[str, object]:
@@ -140,12 +139,18 @@ def run(
         help="Your own domain instead of a config: a pairs file, folder or glob (JSONL/JSON, Parquet, CSV/TSV, "
         "compressed or not; or a Hugging Face save_to_disk folder), or a hub dataset (hf://datasets/OWNER/NAME), "
         "with the defaults for everything else.")] = None,
+    documents: Annotated[Optional[str], typer.Option(
+        help="A domain with documents but no pairs: a folder of .txt/.md files (one document each), JSONL/CSV/"
+        "Parquet files with a text column (and a title column if any), or a hub dataset; pairs are built from "
+        "their passages (titles and inverse cloze by default: --set source.builders=[title,ict,crop]), with the "
+        "defaults for everything else (--set source.text_column=body, …).")] = None,
     query_column: Annotated[str, typer.Option(help="With --pairs: the query column.")] = "query",
     document_column: Annotated[str, typer.Option(help="With --pairs: the document column.")] = "document",
-    domain: Annotated[Optional[str], typer.Option(help="With --pairs: the domain's name, for the model cards.")] = None,
+    domain: Annotated[Optional[str], typer.Option(help="With --pairs or --documents: the domain's name, for the "
+                                                  "model cards.")] = None,
     base_model: Annotated[Optional[str], typer.Option(
-        help="With --pairs: the model to adapt, also the filter's model (default thenlper/gte-base; offline: "
-        "offline:all-MiniLM-L6-v2).")] = None,
+        help="With --pairs or --documents: the model to adapt, also the filter's model (default "
+        "thenlper/gte-base; offline: offline:all-MiniLM-L6-v2).")] = None,
     query_prompt: QueryPrompt = None,
     document_prompt: DocumentPrompt = None,
     set_: Annotated[Optional[list[str]], typer.Option(
@@ -168,15 +173,17 @@ def run(
     within seconds, keeping every finished step.
     """
     root = Path(_folder(data_root))
-    if pairs and config:
-        raise InputProblem("--pairs and --config: give one (a source of kind pairs in the config does what --pairs "
-                           "does)")
+    if sum(map(bool, (pairs, documents, config))) > 1:
+        raise InputProblem("--pairs, --documents and --config each name the run's source: give one (a config's "
+                           "source: section does what --pairs or --documents does)")
     prompts = prompts_option(query_prompt, document_prompt)
-    cfg = _pipeline_config(config) if config else _own_pairs_config(pairs, query_column, document_column, domain,
-                                                                      base_model, prompts) if pairs else None
+    source = ({"kind": "pairs", "path": pairs, "query_column": query_column, "document_column": document_column}
+              if pairs else {"kind": "documents", "path": documents} if documents else None)
+    cfg = _pipeline_config(config) if config else _source_config(source, domain, base_model, prompts) if source \
+        else None
     if prompts is not None and (cfg is None or (config and cfg.prompts is not None)):
-        raise InputProblem("--query-prompt/--document-prompt go with --pairs, or with a --config that has no "
-                           "prompts: section (set them in one place)")
+        raise InputProblem("--query-prompt/--document-prompt go with --pairs or --documents, or with a --config "
+                           "that has no prompts: section (set them in one place)")
     if prompts is not None and config:
         cfg = _with_prompts(cfg, prompts)
     sets = _sets(set_ or [])

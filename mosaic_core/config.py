@@ -13,14 +13,17 @@ from pydantic import Field, SerializeAsAny, field_validator, model_validator
 from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
-from mosaic_core.config_sources import DemoSource, IslamicSource, OwnPairsSource, PubMedSource, Source, translate
+from mosaic_core.config_documents import DocumentsConfig
+from mosaic_core.config_sources import (DemoSource, DocumentsSource, IslamicSource, OwnPairsSource, PubMedSource,
+                                        Source, translate)
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
 from mosaic_core.eval_tasks import EvalTask, EvalTaskSpec, HeldoutTask
 
-__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "EvalConfig", "EvalTask", "EvalTaskSpec", "FilterConfig",
-           "Frozen", "GateConfig", "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL",
-           "OwnPairsConfig", "OwnPairsSource", "PRESETS", "PairConfig", "PipelineConfig", "PromptsConfig",
-           "PubMedSource", "Source", "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
+__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "DocumentsConfig", "DocumentsSource", "EvalConfig",
+           "EvalTask", "EvalTaskSpec", "FilterConfig", "Frozen", "GateConfig", "IngestConfig", "IslamicConfig",
+           "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "OwnPairsConfig", "OwnPairsSource", "PRESETS",
+           "PairConfig", "PipelineConfig", "PromptsConfig", "PubMedSource", "Source", "StageConfig",
+           "TrackingConfig", "TrainConfig", "VocabConfig"]
 
 
 class EvalConfig(Frozen):

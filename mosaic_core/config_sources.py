@@ -21,6 +21,7 @@ from pydantic import Field
 
 from mosaic_core.config_base import Frozen
 from mosaic_core.config_data import IngestConfig, IslamicConfig, OwnPairsConfig
+from mosaic_core.config_documents import DocumentsConfig
 from mosaic_core.eval_tasks import EvalTask, VersesTask
 
 
@@ -161,6 +162,27 @@ class DemoSource(Source):
 
     def describe(self) -> str:
         return f"the demo (seed {self.seed})"
+
+
+class DocumentsSource(Source, DocumentsConfig):
+    """A domain given as documents alone (a folder of text files, JSONL/CSV/Parquet, a hub dataset):
+    each is cut into passages, and pairs are made of the passages by ``builders`` — a title and its
+    passage, a sentence and the passage around it (inverse cloze), two spans of one passage
+    (cropping), queries a seq2seq model writes for it — then imported and filtered as own pairs
+    are (docs/tutorials/documents.md)."""
+
+    kind: Literal["documents"] = Field("documents", description="Documents without pairs.")
+    flow: ClassVar[str] = "flows.documents:document_pairs"
+    check: ClassVar[str | None] = "tasks.documents:check_documents_at_hand"
+    funnel_words: ClassVar[tuple[str, str, str, str]] = (
+        "pairs built from the documents' passages", "partition", "pairs after the length and language filters",
+        "pairs to filter")
+    heldout_description: ClassVar[str] = ("finding a held-out passage from a query built from it (its title, one of "
+                                          "its sentences or spans, a generated question), among other passages")
+    relative_paths: ClassVar[tuple[str, ...]] = ("path",)
+
+    def describe(self) -> str:
+        return self.path
 
 
 OLD_KEYS = {"ingest": "pubmed", "pairs": "pairs", "islamic": "islamic"}

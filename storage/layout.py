@@ -98,6 +98,16 @@ class DataLayout:
         return self.root / "manifests" / stage
 
     @property
+    def document_pairs_path(self) -> Path:
+        """The pairs a documents source built from its documents (JSONL), before they are imported."""
+        return self.root / "documents" / "pairs.jsonl"
+
+    @property
+    def document_pairs_record(self) -> Path:
+        """What built them: the documents' digest, the config's hash, the counts."""
+        return self.root / "documents" / "pairs.json"
+
+    @property
     def catalog_path(self) -> Path:
         return self.root / "catalog.duckdb"
 
