@@ -20,7 +20,6 @@ ran there. The smoke test on the 2-core VM (2026-11-27): 374 s, every arm traine
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from retrieval import ndcg_per_query, paired, read_jsonl, scifact  # noqa: E402
 
 SMALL = os.environ.get("SMALL") == "1"
 OUT, WORK = Path(os.environ["OUT"]), Path(os.environ["WORK"])
@@ -51,56 +51,18 @@ def event(what: str, **fields) -> None:
     print("##", json.dumps(RESULTS["events"][-1])[:400], flush=True)
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    with path.open() as lines:  # not splitlines(): a text may hold U+2028
-        return [json.loads(line) for line in lines if line.strip()]
-
-
-def ndcg_per_query(model, queries: list[str], docs: list[str], relevant: list[set[int]]) -> list[float]:
-    """NDCG@10 of each query over ``docs`` (``relevant``: indices of its relevant documents)."""
-    q = model.encode(queries, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
-    d = model.encode(docs, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
-    top = (q @ d.T).topk(min(10, len(docs)), dim=1).indices.cpu().numpy()
-    out = []
-    for ranked, rel in zip(top, relevant, strict=True):
-        dcg = sum(1 / math.log2(k + 2) for k, j in enumerate(ranked) if j in rel)
-        out.append(dcg / sum(1 / math.log2(k + 2) for k in range(min(10, len(rel)))))
-    return out
-
-
-def paired(a: list[float], b: list[float], resamples: int = 2000) -> dict:
-    """Mean of a − b × 100 and its 95 % paired bootstrap interval (seeded)."""
-    diff = 100 * (np.asarray(a) - np.asarray(b))
-    means = np.random.default_rng(0).choice(diff, (resamples, len(diff))).mean(1)
-    return {"diff": round(float(diff.mean()), 2), "low": round(float(np.percentile(means, 2.5)), 2),
-            "high": round(float(np.percentile(means, 97.5)), 2)}
-
-
 def tasks(pairs: list[tuple[str, str]], split) -> dict:
     """SciFact (train claims over the corpus) and the held-out test pairs over their documents and
     2,000 training documents, as (queries, documents, relevant sets)."""
     from mosaic_core.trainer.heldout import retrieval_data
 
-    folder = DATA / "scifact"
-    corpus = read_jsonl(folder / "corpus.jsonl")
-    index = {str(c["_id"]): i for i, c in enumerate(corpus)}
-    claims = {str(q["_id"]): q["text"] for q in read_jsonl(folder / "queries.jsonl")}
-    qrels: dict[str, set[int]] = {}
-    for line in (folder / "qrels" / "train.tsv").read_text().splitlines()[1:]:
-        qid, doc, score = line.split("\t")
-        if float(score) > 0 and doc in index:
-            qrels.setdefault(qid, set()).add(index[doc])
-    qids = sorted(q for q in qrels if q in claims)[: 20 if SMALL else None]
-    keep = sorted({i for q in qids for i in qrels[q]} | set(range(300))) if SMALL else range(len(corpus))
-    at = {old: new for new, old in enumerate(keep)}
-    scifact = ([claims[q] for q in qids], [(corpus[i].get("title", "") + " " + corpus[i]["text"]).strip()
-                                           for i in keep], [{at[i] for i in qrels[q]} for q in qids])
+    scifact_task = scifact(DATA / "scifact", SMALL)
     train = [pairs[i] for i in split.train]
     docs, queries, rel = retrieval_data(train, [pairs[i] for i in split.test], 300 if SMALL else 2000)
     ids = {c["id"]: i for i, c in enumerate(docs)}
     heldout = (list(queries.values()), [c["text"] for c in docs],
                [{ids[d] for d in rel[q]} for q in queries])
-    return {"scifact": scifact, "heldout": heldout}
+    return {"scifact": scifact_task, "heldout": heldout}
 
 
 def score(name: str, path: str, benchmarks: dict) -> None:

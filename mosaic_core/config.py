@@ -89,9 +89,9 @@ class PipelineConfig(Frozen):
         "the base model declares in its sentence-transformers config; 'none': no prompt.")
     source: SerializeAsAny[Source] = Field(
         PubMedSource(), description="Where the pairs come from, by kind: pubmed (a snapshot; the default), pairs "
-        "(your own), islamic (the Qur'an and Tafsir recipe) or demo (the built-in invented domain); each kind's "
-        "settings are in its section below. The old ingest:, pairs: and islamic: sections still load, with a "
-        "warning.")
+        "(your own), islamic (the Qur'an and Tafsir recipe), demo (the built-in invented domain) or documents "
+        "(documents without pairs: pairs are built from them); each kind's settings are in its section below. The "
+        "old ingest:, pairs: and islamic: sections still load, with a warning.")
     filter: FilterConfig = Field(FilterConfig(), description="The consistency (or threshold) filter of the pairs.")
     vocab: VocabConfig = Field(VocabConfig(), description="Stage 1: the domain vocabulary.")
     train: TrainConfig = Field(TrainConfig(), description="The training stages.")

@@ -2,7 +2,7 @@
 decision that follows from that, kept on the source's own config class.
 
 ``PipelineConfig.source`` holds one :class:`Source`, picked by its ``kind`` (``pubmed``,
-``pairs``, ``islamic``, ``demo``). A source class declares: its fields; ``flow``, the flows-layer
+``pairs``, ``islamic``, ``demo``, ``documents``). A source class declares: its fields; ``flow``, the flows-layer
 function that puts its pairs into the data root; optionally ``watch`` (the files whose change
 makes a scheduled rebuild run) and ``check`` (what is wrong with its input, found before a run
 starts); the words of its funnel and of its held-out task; any evaluation task of its own.
@@ -28,7 +28,8 @@ from mosaic_core.eval_tasks import EvalTask, VersesTask
 class Source(Frozen):
     """Where a run's pairs come from; one ``kind`` per subclass."""
 
-    kind: str = Field(..., description="Which source: pubmed, pairs, islamic or demo (each section below).")
+    kind: str = Field(..., description="Which source: each kind is a section below (pubmed, pairs, islamic, "
+                      "demo, documents).")
 
     flow: ClassVar[str]
     """``module:function`` of the flows-layer function ``(source, cfg, data_root) -> (ingest

@@ -63,7 +63,7 @@ def test_the_reference_lists_every_kind_with_its_fields(toy_kind):
     from docs.gen_reference import config_markdown, missing_help
 
     page = config_markdown()
-    for kind in ("pubmed", "pairs", "islamic", "demo", "toy"):
+    for kind in ("pubmed", "pairs", "islamic", "demo", "documents", "toy"):
         assert f"## source kind: {kind}" in page
     assert "How many pairs the toy makes." in page and not missing_help()
 
@@ -74,7 +74,7 @@ def test_an_old_section_is_read_as_its_source_with_a_warning():
     assert cfg.source.kind == "pairs" and cfg.source.query_column == "q"
     with pytest.raises(ValueError, match="give one source"):
         PipelineConfig.load({"pairs": {"path": "p.jsonl"}, "islamic": {"quran": "q", "tafsir": "t"}})
-    with pytest.raises(ValueError, match="unknown: choose among demo, islamic, pairs, pubmed"):
+    with pytest.raises(ValueError, match="unknown: choose among demo, documents, islamic, pairs, pubmed"):
         PipelineConfig.load({"source": {"kind": "pubmed-typo"}})
 
 

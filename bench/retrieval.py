@@ -1,0 +1,54 @@
+"""What the quality benches share: JSONL, NDCG@10 per query with a sentence-transformers model,
+95 % paired bootstrap intervals, and SciFact's train claims over its corpus as (queries,
+documents, relevant sets)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open() as lines:  # not splitlines(): a text may hold U+2028
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def ndcg_per_query(model, queries: list[str], docs: list[str], relevant: list[set[int]]) -> list[float]:
+    """NDCG@10 of each query over ``docs`` (``relevant``: indices of its relevant documents)."""
+    q = model.encode(queries, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
+    d = model.encode(docs, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
+    top = (q @ d.T).topk(min(10, len(docs)), dim=1).indices.cpu().numpy()
+    out = []
+    for ranked, rel in zip(top, relevant, strict=True):
+        dcg = sum(1 / math.log2(k + 2) for k, j in enumerate(ranked) if j in rel)
+        out.append(dcg / sum(1 / math.log2(k + 2) for k in range(min(10, len(rel)))))
+    return out
+
+
+def paired(a: list[float], b: list[float], resamples: int = 2000) -> dict:
+    """Mean of a − b × 100 and its 95 % paired bootstrap interval (seeded)."""
+    diff = 100 * (np.asarray(a) - np.asarray(b))
+    means = np.random.default_rng(0).choice(diff, (resamples, len(diff))).mean(1)
+    return {"diff": round(float(diff.mean()), 2), "low": round(float(np.percentile(means, 2.5)), 2),
+            "high": round(float(np.percentile(means, 97.5)), 2)}
+
+
+def scifact(folder: Path, small: bool = False) -> tuple[list[str], list[str], list[set[int]]]:
+    """SciFact's train claims over its corpus (title and text): (queries, documents, relevant
+    sets); ``small``: 20 claims over their documents and 300 others."""
+    corpus = read_jsonl(folder / "corpus.jsonl")
+    index = {str(c["_id"]): i for i, c in enumerate(corpus)}
+    claims = {str(q["_id"]): q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    qrels: dict[str, set[int]] = {}
+    for line in (folder / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        qid, doc, score = line.split("\t")
+        if float(score) > 0 and doc in index:
+            qrels.setdefault(qid, set()).add(index[doc])
+    qids = sorted(q for q in qrels if q in claims)[: 20 if small else None]
+    keep = sorted({i for q in qids for i in qrels[q]} | set(range(300))) if small else range(len(corpus))
+    at = {old: new for new, old in enumerate(keep)}
+    return ([claims[q] for q in qids], [(corpus[i].get("title", "") + " " + corpus[i]["text"]).strip() for i in keep],
+            [{at[i] for i in qrels[q]} for q in qids])
