@@ -48,6 +48,11 @@ def test_a_folder_of_text_files_runs_end_to_end_and_a_rerun_builds_nothing(tmp_p
     assert (root / "documents" / "pairs.jsonl").stat().st_mtime_ns == written  # from cache
     assert again["pairs"] == first["pairs"]
 
+    (root / "documents" / "pairs.jsonl").unlink()  # a lost output: built again, not taken from the cached record
+    healed = rebuild(str(config), str(root))
+    assert [json.loads(line) for line in (root / "documents" / "pairs.jsonl").read_text().splitlines()] == built
+    assert healed["pairs"] == first["pairs"]
+
 
 def test_documents_that_are_not_there_are_reported_before_any_server_starts(tmp_path):
     outcome, said = _mosaic("run", "--documents", str(tmp_path / "nowhere"), "--base-model",
