@@ -89,6 +89,22 @@ def _model(name: str) -> str:
     return name
 
 
+def parse_sets(items: list[str]) -> dict[str, object]:
+    """``--set a.b=value`` items as {dotted path: value read as YAML (3, 0.5, true, [a, b], null)}."""
+    import yaml
+
+    sets = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputProblem(f"--set {item!r}: expected a dotted field and a value, e.g. train.heldout_pairs=500")
+        try:
+            sets[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as exc:
+            raise InputProblem(f"--set {item!r}: the value is not YAML ({exc})") from exc
+    return sets
+
+
 INPUT_ERRORS = ("pydantic:ValidationError", "flows.runners:SchedulerUnreachable",
                 "mosaic_core.evaluate.scoring:TaskUnavailable", "mosaic_core.modeling.refs:ModelNotFound",
                 "mosaic_core.trainer.build:StageInputError", "mosaic_core.vocab.tokenizers:UnsupportedTokenizer",

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wait, _folder, _model, _run, app,
-                        console, out_console, prompts_option, raised)
+                        console, out_console, parse_sets, prompts_option, raised)
 from cli.data import _print_stats
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
@@ -75,22 +75,6 @@ def _source_config(source: dict, domain: str | None, base_model: str | None, pro
     return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
                                 **({"prompts": prompts} if prompts is not None else {}),
                                 "source": {**source, "path": path}})
-
-
-def _sets(items: list[str]) -> dict[str, object]:
-    """``--set a.b=value`` items as {dotted path: value read as YAML}."""
-    import yaml
-
-    sets = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputProblem(f"--set {item!r}: expected a dotted field and a value, e.g. train.heldout_pairs=500")
-        try:
-            sets[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError as exc:
-            raise InputProblem(f"--set {item!r}: the value is not YAML ({exc})") from exc
-    return sets
 
 
 def _demo_config(root: Path, seed: int):
@@ -186,7 +170,7 @@ def run(
                            "that has no prompts: section (set them in one place)")
     if prompts is not None and config:
         cfg = _with_prompts(cfg, prompts)
-    sets = _sets(set_ or [])
+    sets = parse_sets(set_ or [])
     if sets:  # the demo's config is checked here and built by its flow, which generates its data first
         checked = _overridden(cfg or _demo_config(root, seed), sets)
         cfg = checked if cfg is not None else None

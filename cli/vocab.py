@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import _folder, _model, _run, app, out_console
+from cli.common import _folder, _model, _run, app, out_console, parse_sets
 from mosaic_core.config import DEFAULT_BASE, DistillConfig, VocabConfig
+from mosaic_core.config_base import with_sets
 from mosaic_core.modeling.refs import OFFLINE_MODEL
 
 
@@ -64,19 +65,20 @@ def vocab(
     sample_texts: Annotated[int, typer.Option(
         help="Read at most this many texts of the corpus (those with the smallest content hash; all of a smaller "
         "corpus): stage 1's time and memory stop growing with the corpus.")] = VocabConfig().sample_texts,
+    set_: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Set any stage-1 field by its dotted path, after the options above (e.g. --set "
+        "distill.batch_size=16 --set distill.heldout_texts=64); the value is read as YAML. The fields are the "
+        "configuration reference's vocab section.")] = None,
 ) -> None:
     """Stage 1: train a domain tokenizer and add its useful new tokens to the base model.
 
-    The domain tokenizer is of the base's kind (WordPiece for BERT, byte-level BPE for
-    RoBERTa/GPT-2, Unigram for XLM-R); of its tokens, those the corpus uses at least
-    --min-count times and that shorten the words they appear in go into the base tokenizer's
-    model, so they are used mid-word too. New rows start as the mean of their pieces and are
-    then distilled: trained, alone, so the expanded model reproduces the base model's
-    embeddings of the corpus; then the --prune share of the tokens whose rows still cost the
-    most is dropped. Writes a model that SentenceTransformer/AutoModel load directly,
-    domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens added and rejected, the
-    trade-off per threshold and per pruned share, fertility, drift before/after distillation
-    and pruning).
+    The domain tokenizer is of the base's kind (WordPiece for BERT, byte-level BPE for RoBERTa/GPT-2,
+    Unigram for XLM-R); its tokens the corpus uses at least --min-count times and that shorten their
+    words go into the base tokenizer's model (used mid-word too). New rows start as the mean of their
+    pieces, then are distilled (trained, alone, so the expanded model reproduces the base model's
+    embeddings of the corpus); then the --prune share of the costliest is dropped. Writes a model that
+    SentenceTransformer/AutoModel load, domain_token_ids.json (V_D) and vocab_report.{json,md} (tokens
+    added and rejected, the trade-off per threshold and pruned share, fertility, drift).
     """
     from mosaic_core.modeling.modeldir import vocab_report_markdown
 
@@ -87,7 +89,7 @@ def vocab(
                                  "contexts": distill_contexts, "per_token": distill_per_token,
                                  **({"max_steps": distill_steps} if distill_steps else {})},
                         text_columns=tuple(columns or ("query", "document")), reduce_to_corpus=reduce_to_corpus,
-                        model_kind=model_kind, sample_texts=sample_texts)
+                        model_kind=model_kind, sample_texts=sample_texts, sets=parse_sets(set_ or []))
     _check_sources(corpus, cfg)
     _model(base_model)
     report = _run("flows.vocab:vocab_flow", corpus, cfg, _folder(out, "--out"), output=out)
@@ -103,11 +105,12 @@ def _check_sources(corpus: str, cfg: VocabConfig) -> None:
         check_pairs_source(cfg.reduce_to_corpus, cfg.text_columns, "--reduce-to-corpus")
 
 
-def _vocab_config(**fields) -> VocabConfig:
-    """The stage-1 config of ``mosaic vocab``'s options; options that do not validate are a usage error."""
+def _vocab_config(sets: dict[str, object], **fields) -> VocabConfig:
+    """The stage-1 config of ``mosaic vocab``'s options, then its ``--set`` fields; options that do not
+    validate are a usage error."""
     from pydantic import ValidationError
 
     try:
-        return VocabConfig(**fields)
-    except ValidationError as exc:
+        return VocabConfig.model_validate(with_sets(VocabConfig(**fields).model_dump(mode="json"), sets))
+    except (ValidationError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
-from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen
+from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen, with_sets
 from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
                                      PairConfig, PromptsConfig)
 from mosaic_core.config_documents import DocumentsConfig
@@ -184,20 +184,7 @@ class PipelineConfig(Frozen):
         data = self.model_dump(mode="json")
         if "source.kind" in sets and sets["source.kind"] != self.source.kind:
             data["source"] = {}
-        for dotted, value in sets.items():
-            *parents, last = dotted.split(".")
-            node = data
-            for part in parents:
-                if isinstance(node, dict) and node.get(part) is None:
-                    node[part] = {}  # an unset optional section (prompts)
-                node = node[_index(node, part, dotted)] if isinstance(node, list) else node[part]
-                if not isinstance(node, (dict, list)):
-                    raise ValueError(f"{dotted}: {part} is a value, not a section")
-            if isinstance(node, list):
-                node[_index(node, last, dotted)] = value
-            else:
-                node[last] = value
-        return PipelineConfig.load(data)
+        return PipelineConfig.load(with_sets(data, sets))
 
     @classmethod
     def load(cls, data: dict) -> PipelineConfig:
@@ -228,8 +215,3 @@ class PipelineConfig(Frozen):
             data["train"] = train
         return cls.model_validate(data)
 
-
-def _index(items: list, part: str, dotted: str) -> int:
-    if not part.isdigit() or int(part) >= len(items):
-        raise ValueError(f"{dotted}: {part!r} is not the index of one of its {len(items)} items")
-    return int(part)

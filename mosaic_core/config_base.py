@@ -57,3 +57,29 @@ def file_name(name: str, what: str) -> str:
     if name in (".", "..") or any(c in name for c in "/\\\0"):
         raise ValueError(f"{what} {name!r} becomes a file name: use no '/', '\\' or NUL, and not '.' or '..'")
     return name
+
+
+def with_sets(data: dict, sets: dict[str, object]) -> dict:
+    """``data`` (a config's dump) with each dotted field of ``sets`` replaced: ``train.heldout_pairs``,
+    ``distill.batch_size``, ``train.stages.0.max_steps`` (a list's item by its index); an unset
+    optional section (``prompts``) is created. Validating the result is the caller's."""
+    for dotted, value in sets.items():
+        *parents, last = dotted.split(".")
+        node: Any = data
+        for part in parents:
+            if isinstance(node, dict) and node.get(part) is None:
+                node[part] = {}
+            node = node[_index(node, part, dotted)] if isinstance(node, list) else node[part]
+            if not isinstance(node, (dict, list)):
+                raise ValueError(f"{dotted}: {part} is a value, not a section")
+        if isinstance(node, list):
+            node[_index(node, last, dotted)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def _index(items: list, part: str, dotted: str) -> int:
+    if not part.isdigit() or int(part) >= len(items):
+        raise ValueError(f"{dotted}: {part!r} is not the index of one of its {len(items)} items")
+    return int(part)

@@ -109,3 +109,14 @@ def test_filter_backend_reaches_the_filter_config(tmp_path, monkeypatch):
     assert seen[-1].backend == "torch"
     result = runner.invoke(app, [*args, "--backend", "tflite"])
     assert result.exit_code != 0 and "backend" in result.output
+
+
+def test_vocab_set_reaches_any_stage_one_field():
+    import typer
+
+    from cli.vocab import _vocab_config
+
+    cfg = _vocab_config({"distill.batch_size": 16, "min_count": 7}, base_model="b", min_count=50)
+    assert (cfg.distill.batch_size, cfg.min_count, cfg.base_model) == (16, 7, "b")  # --set after the options
+    with pytest.raises(typer.BadParameter, match="distill.nope"):
+        _vocab_config({"distill.nope": 1}, base_model="b")
