@@ -17,7 +17,6 @@ and the precision the trainer resolved.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -29,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from retrieval import ndcg_per_query, paired, read_jsonl, scifact  # noqa: E402
+from retrieval import ndcg_per_query, paired, read_jsonl, recorder, scifact  # noqa: E402
 
 SMALL = os.environ.get("SMALL") == "1"
 OUT, WORK = Path(os.environ["OUT"]), Path(os.environ["WORK"])
@@ -39,15 +38,8 @@ RECIPES = os.environ.get("BUILDERS", "title,ict,crop,title+ict").split(",")
 STEPS = int(os.environ.get("STEPS", "3" if SMALL else "80"))
 BATCH = int(os.environ.get("BATCH", "8" if SMALL else "32"))
 LR = float(os.environ.get("LR", "2e-5"))
-T0 = time.time()
 RESULTS: dict = {"events": [], "scores": {}, "pairs": {}, "against_base": {}}
-
-
-def event(what: str, **fields) -> None:
-    RESULTS["events"].append({"what": what, "t": round(time.time() - T0, 1), **fields})
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "documents.json").write_text(json.dumps(RESULTS, indent=1))
-    print("##", json.dumps(RESULTS["events"][-1])[:400], flush=True)
+event = recorder(OUT / "documents.json", RESULTS)
 
 
 def build(documents: list[tuple[str, str, str]], builders: tuple[str, ...]) -> list[tuple[str, str]]:

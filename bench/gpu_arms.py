@@ -19,7 +19,6 @@ ran there. The smoke test on the 2-core VM (2026-11-27): 374 s, every arm traine
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from retrieval import ndcg_per_query, paired, read_jsonl, scifact  # noqa: E402
+from retrieval import ndcg_per_query, paired, read_jsonl, recorder, scifact  # noqa: E402
 
 SMALL = os.environ.get("SMALL") == "1"
 OUT, WORK = Path(os.environ["OUT"]), Path(os.environ["WORK"])
@@ -42,13 +41,7 @@ LR = float(os.environ.get("LR", "2e-5"))
 BATCH = 8 if SMALL else 128
 T0 = time.time()
 RESULTS: dict = {"events": [], "scores": {}, "train": {}, "against_control": {}}
-
-
-def event(what: str, **fields) -> None:
-    RESULTS["events"].append({"what": what, "t": round(time.time() - T0, 1), **fields})
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "arms.json").write_text(json.dumps(RESULTS, indent=1))
-    print("##", json.dumps(RESULTS["events"][-1])[:400], flush=True)
+event = recorder(OUT / "arms.json", RESULTS)
 
 
 def tasks(pairs: list[tuple[str, str]], split) -> dict:

@@ -6,9 +6,26 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+
+def recorder(path: Path, results: dict) -> Callable[..., None]:
+    """``event(what, **fields)``: appends the event (with the seconds since now) to
+    ``results["events"]``, rewrites ``path`` with ``results`` (so a run cut short keeps what
+    finished) and prints it."""
+    started = time.time()
+
+    def event(what: str, **fields) -> None:
+        results["events"].append({"what": what, "t": round(time.time() - started, 1), **fields})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1))
+        print("##", json.dumps(results["events"][-1])[:400], flush=True)
+
+    return event
 
 
 def read_jsonl(path: Path) -> list[dict]:
