@@ -11,12 +11,15 @@ intervals against the base.
 Environment: ``BUILDERS`` (comma-separated recipes, each builders joined by ``+``; default
 ``title,ict,crop,title+ict``), ``STEPS`` (default 80, the pipeline's default budget), ``BATCH``
 (default 32), ``LR`` (default 2e-5), ``BASE`` (default the offline MiniLM), ``DATA`` (default
-``../shared/data``). Prints and writes ``OUT/documents.json`` after every step, with the machine
-and the precision the trainer resolved.
+``../shared/data``), ``BASE_FROM`` (a ``documents.json`` of an earlier run on the same claims: its
+base scores are reused, not computed again; recipes run apart, several at once, each scored
+against the same base). Prints and writes ``OUT/documents.json`` after every step, with the
+machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -77,7 +80,7 @@ def fine_tune(name: str, pairs: list[tuple[str, str]], task) -> None:
     started = time.time()
     result = train_stage(BASE, train, stage, WORK / name, probe, fingerprint=f"documents-{name}")
     event("trained", recipe=name, pairs=len(train), steps=result.steps, best_step=result.best_step,
-          s=round(time.time() - started, 1), precision=getattr(result, "precision", None))
+          s=round(time.time() - started, 1))
     score(name, str(WORK / name), task)
 
 
@@ -87,7 +90,12 @@ def main() -> None:
     task = scifact(DATA / "scifact", SMALL)
     event("start", machine=platform.processor() or platform.machine(), cores=os.cpu_count(), torch=torch.__version__,
           documents=len(documents), claims=len(task[0]), steps=STEPS, batch=BATCH, lr=LR, recipes=RECIPES)
-    score("base", BASE, task)
+    if os.environ.get("BASE_FROM"):
+        RESULTS["scores"]["base"] = json.loads(Path(os.environ["BASE_FROM"]).read_text())["scores"]["base"]
+        event("base reused", source=os.environ["BASE_FROM"],
+              scifact=round(100 * float(np.mean(RESULTS["scores"]["base"])), 2))
+    else:
+        score("base", BASE, task)
     for recipe in RECIPES:
         fine_tune(recipe, build(documents, tuple(recipe.split("+"))), task)
         RESULTS["against_base"][recipe] = paired(RESULTS["scores"][recipe], RESULTS["scores"]["base"])
