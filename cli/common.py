@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -205,6 +206,10 @@ def _stop_signal(exc: BaseException) -> int | None:
     return None
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    console.print(f"[yellow]warning:[/yellow] {escape(str(message))}")
+
+
 def main() -> None:
     """The ``mosaic`` console entry. A wrong input ends with one clear line (exit 2); a data
     root another command is writing, with who holds it (exit 3); any other failure of a flow
@@ -218,6 +223,7 @@ def main() -> None:
     from storage.space import NoSpace
 
     debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
+    warnings.showwarning = _warning_line  # an old config's spelling, a library's notice: one line each
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
     sys.argv[1:] = _bare_wait(sys.argv[1:])

@@ -107,8 +107,9 @@ def test_non_string_cells_in_a_parquet_pairs_file_are_counted_not_fatal(tmp_path
 
 def test_a_missing_islamic_source_file_stops_before_any_work(tmp_path):
     config = tmp_path / "islamic.yaml"
-    config.write_text(f"base_model: offline:all-MiniLM-L6-v2\nislamic:\n  quran: {tmp_path / 'nope.txt'}\n"
-                      f"  tafsir: {tmp_path / 'tafsir.jsonl'}\nfilter:\n  model: offline:all-MiniLM-L6-v2\n")
-    one_clear_line(mosaic("run", "--config", str(config), "-d", str(tmp_path / "root")), "islamic.quran",
+    config.write_text(f"base_model: offline:all-MiniLM-L6-v2\nsource:\n  kind: islamic\n"
+                      f"  quran: {tmp_path / 'nope.txt'}\n  tafsir: {tmp_path / 'tafsir.jsonl'}\n"
+                      "filter:\n  model: offline:all-MiniLM-L6-v2\n")
+    one_clear_line(mosaic("run", "--config", str(config), "-d", str(tmp_path / "root")), "source.quran",
                    "nope.txt", "relative to the directory you run mosaic from")
     assert not (tmp_path / "root" / "models").exists()
