@@ -68,13 +68,12 @@ def _source_config(source: dict, domain: str | None, base_model: str | None, pro
     """``mosaic run --pairs`` or ``--documents``: the pipeline's defaults around that ``source``
     (its path relative to the working directory); ``base_model`` also filters the pairs."""
     from mosaic_core.config import PipelineConfig
-    from storage.own_pairs import locate
+    from tasks.config_file import located
 
     models = {"base_model": base_model, "filter": {"model": base_model}} if base_model else {}
-    path = locate(source["path"], Path.cwd(), text=source["kind"] == "documents")
     return PipelineConfig.load({**models, **({"domain": domain} if domain else {}),
                                 **({"prompts": prompts} if prompts is not None else {}),
-                                "source": {**source, "path": path}})
+                                "source": located(source, Path.cwd())})
 
 
 def _demo_config(root: Path, seed: int):

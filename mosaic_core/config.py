@@ -214,4 +214,3 @@ class PipelineConfig(Frozen):
             data["vocab"] = {**data.get("vocab", {}), "model_kind": kind}
             data["train"] = train
         return cls.model_validate(data)
-

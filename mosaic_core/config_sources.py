@@ -46,7 +46,10 @@ class Source(Frozen):
     own rules keep, what reaches the filter."""
     heldout_description: ClassVar[str] = "finding a held-out pair's document from its query, among other documents"
     relative_paths: ClassVar[tuple[str, ...]] = ()
-    """Fields that a pipeline YAML gives relative to its own folder."""
+    """Fields that a pipeline YAML (or the command line) gives relative to its own folder (the
+    working directory)."""
+    text_files: ClassVar[bool] = False
+    """Whether its path may name .txt/.md files (documents): such a name is never a hub dataset's."""
 
     _kinds: ClassVar[dict[str, type[Source]]] = {}
 
@@ -181,6 +184,7 @@ class DocumentsSource(Source, DocumentsConfig):
     heldout_description: ClassVar[str] = ("finding a held-out passage from a query built from it (its title, one of "
                                           "its sentences or spans, a generated question), among other passages")
     relative_paths: ClassVar[tuple[str, ...]] = ("path",)
+    text_files: ClassVar[bool] = True
 
     def describe(self) -> str:
         return self.path

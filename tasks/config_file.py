@@ -22,8 +22,16 @@ def load_pipeline_config(config_file: str) -> PipelineConfig:
         raise ValueError(f"{config_file}: the top level must be a mapping of sections (base_model:, source:, "
                          f"train:, …), not a {type(data).__name__}; see docs/pipeline.example.yaml")
     data = translate(data)
-    section = data.get("source")
-    if isinstance(section, dict) and (kind := Source.kinds().get(section.get("kind", "pubmed"))) is not None:
-        data["source"] = {**section, **{k: locate(section[k], path.parent) for k in kind.relative_paths
-                                        if isinstance(section.get(k), str)}}
+    if isinstance(data.get("source"), dict):
+        data["source"] = located(data["source"], path.parent)
     return PipelineConfig.load(data)
+
+
+def located(section: dict, base: Path) -> dict:
+    """A ``source:`` section with its relative paths (``Source.relative_paths``) taken from
+    ``base``: the config file's folder, or the working directory for ``mosaic run --pairs``."""
+    kind = Source.kinds().get(section.get("kind", "pubmed"))
+    if kind is None:  # an unknown kind: validation says so
+        return section
+    return {**section, **{k: locate(section[k], base, text=kind.text_files) for k in kind.relative_paths
+                          if isinstance(section.get(k), str)}}

@@ -64,3 +64,13 @@ def test_documents_that_are_not_there_are_reported_before_any_server_starts(tmp_
     outcome, said = _mosaic("run", "--documents", str(rows), "--base-model", "offline:all-MiniLM-L6-v2",
                             "--data-root", str(tmp_path / "root"))
     assert outcome["code"] == 2 and "no column 'text'" in said and "['body']" in said
+
+
+def test_a_documents_path_in_a_config_is_read_from_the_config_folder(tmp_path):
+    from tasks.config_file import load_pipeline_config
+
+    config = tmp_path / "conf" / "run.yaml"
+    config.parent.mkdir()
+    config.write_text(yaml.safe_dump({"source": {"kind": "documents", "path": "notes/a.txt"}}))
+    # not there yet, and shaped like OWNER/NAME: still a file beside the config, never a hub dataset
+    assert load_pipeline_config(str(config)).source.path == str(tmp_path / "conf" / "notes" / "a.txt")
