@@ -3,7 +3,7 @@ contrastive fine-tuning of the base (the control), as the training budget grows,
 biomedical pairs with the offline MiniLM.
 
     python bench/budget_curve.py [--work mosaic-budget] [--budgets 40,80,160,292] [--lr 1e-5[,3e-5]]
-        [--lr-sweep 3e-5,1e-4 --lr-budget STEPS] [--report-only] [--docs docs]
+        [--lr-sweep 3e-5,1e-4 --lr-budget STEPS] [--arms paper,control] [--report-only] [--docs docs]
 
 Every point is what a user runs, through the CLI:
 
@@ -13,6 +13,9 @@ Every point is what a user runs, through the CLI:
 - **paper @ N**: ``mosaic train --preset paper`` from stage 1, N steps per stage (joint, then
   contrastive), batch 32, documents cut to 128 tokens, validation every N/4 steps keeping
   each stage's best model;
+- **default @ N** (``--arms``): what ``mosaic run`` trains now, ``--preset paper`` with its
+  automatic warm-up (the head-only MLM stage before the joint one, for a base that ships no MLM
+  head), N steps per domain stage; the paper arm then sets ``mlm_warmup=off``;
 - **control @ N**: ``mosaic train --preset contrastive-only`` from the base, 2·N steps, the same
   settings: the same total number of optimizer steps and pairs seen, no new vocabulary, no MLM;
 - each model scored by ``mosaic eval`` on SciFact (the 809 train claims over 5,183 abstracts)
@@ -60,6 +63,7 @@ COLS = ["--query-column", "title", "--document-column", "abstract"]
 TRAIN_PAIRS = 9852 - 256 - 256
 """Pairs left for training once the test and validation pairs are held out."""
 BATCH = 32
+ARM_NAMES = {"paper": "paper preset", "default": "paper preset + warm-up (default)", "control": "control"}
 
 
 def machine() -> dict:
@@ -141,11 +145,15 @@ def _train(work: Path, arm: str, steps: int, lr: float) -> tuple[str, dict]:
     common = ["--pairs", str(mined), *COLS, "--out", str(out), "--set", f"max_steps={total}",
               "--set", f"batch_size={BATCH}", "--set", "document_max_length=128", "--set", "checkpoint_every=40",
               "--set", f"eval_every={max(total // 4, 10)}", "--set", "hard_negatives=1", "--set", f"lr={lr}"]
-    model, preset, final = ((str(_stage1(work)[0]), "paper", "2-contrastive") if arm == "paper"
-                            else (BASE, "contrastive-only", "1-contrastive"))
+    if arm == "control":
+        model, preset = BASE, "contrastive-only"
+    else:  # the paper preset as published (no warm-up), or as mosaic run trains it (default)
+        model, preset = str(_stage1(work)[0]), "paper"
+        common += ["--set", "mlm_warmup=off"] if arm == "paper" else []
     timing = _once(work / "points" / f"{pid}.json", _mosaic("train", "--model", model, "--preset", preset, *common),
                    work / "logs" / f"{pid}.log", out)
-    return str(out / final), timing
+    final = max(p for p in out.iterdir() if p.is_dir() and p.name[:1].isdigit())  # the last stage's folder
+    return str(final), timing
 
 
 def _score(work: Path, results: Path, name: str, model: str, train: dict | None) -> None:
@@ -169,9 +177,9 @@ def _record(results: Path, name: str) -> dict | None:
 
 
 def run_points(work: Path, results: Path, budgets: list[int], lrs: list[float], sweep: list[float],
-               lr_budget: int | None) -> None:
-    """Train and score every point without a record: both arms at each budget and curve rate, and
-    both arms at ``lr_budget`` at each rate of ``sweep``."""
+               lr_budget: int | None, arms: list[str]) -> None:
+    """Train and score every point without a record: each arm at each budget and curve rate, and
+    at ``lr_budget`` at each rate of ``sweep``."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}", flush=True)
     if _record(results, "base") is None:
@@ -183,7 +191,7 @@ def run_points(work: Path, results: Path, budgets: list[int], lrs: list[float], 
         _write(results / "mined.json", {"name": "mined", "machine": machine(), "train": _mine(work)[1]})
     plan = [(steps, lr) for lr in lrs for steps in budgets] + [(lr_budget, lr) for lr in sweep if lr_budget]
     for steps, lr in plan:
-        for arm in ("paper", "control"):
+        for arm in arms:
             pid = point_id(arm, steps, lr)
             if _record(results, pid) is not None:
                 continue
@@ -224,15 +232,15 @@ def collect(results: Path) -> dict:
         control = _scores(records.get(point_id("control", int(steps), float(lr[2:]))))
         total = 2 * int(steps)
         points.append({
-            "id": name, "arm": arm, "steps_per_stage": int(steps) if arm == "paper" else total,
+            "id": name, "arm": arm, "steps_per_stage": int(steps) if arm != "control" else total,
             "total_steps": total, "lr": float(lr[2:]), "epochs": round(total * BATCH / TRAIN_PAIRS, 3),
             "ndcg10": {s.task: round(100 * s.value, 2) for s in scores},
             "vs_base": _against(scores, base),
-            "vs_control": _against(scores, control) if arm == "paper" and control else None,
+            "vs_control": _against(scores, control) if arm != "control" and control else None,
             "train_cpu_s": rec["train"]["cpu_s"], "train_wall_s": rec["train"]["wall_s"],
             "train_resumed": rec["train"].get("resumed", False),
             "cpu_s_with_shared": round(rec["train"]["cpu_s"] + shared.get("mined", 0.0)
-                                       + (shared.get("stage1", 0.0) if arm == "paper" else 0.0), 1),
+                                       + (shared.get("stage1", 0.0) if arm != "control" else 0.0), 1),
             "machine": rec["machine"]["cpu"], "precision": rec["machine"]["precision"]})
     machines = sorted({(r["machine"]["cpu"], r["machine"]["cores"], r["machine"]["precision"])
                        for r in records.values()})
@@ -315,7 +323,8 @@ def plot(curve: dict, path: Path) -> None:
     for ax, task in zip(axes, titles, strict=True):
         for k, lr in enumerate(lrs):
             spread = 1.02 ** (k - (len(lrs) - 1) / 2)  # the rates side by side, not on top of each other
-            for arm, style, shift in (("paper", "o-", 0.92 * spread), ("control", "s--", 1.08 * spread)):
+            for arm, style, shift in (("paper", "o-", 0.92 * spread), ("default", "^:", spread),
+                                      ("control", "s--", 1.08 * spread)):
                 pts = [p for p in curve["points"] if p["arm"] == arm and p["lr"] == lr and task in p["vs_base"]]
                 if not pts:
                     continue
@@ -323,7 +332,7 @@ def plot(curve: dict, path: Path) -> None:
                 ax.errorbar([shift * p["epochs"] for p in pts], [x["mean"] for x in d], capsize=3, fmt=style,
                             color=colours[lr], yerr=[[x["mean"] - x["low"] for x in d],
                                                      [x["high"] - x["mean"] for x in d]],
-                            label=f"{'paper preset' if arm == 'paper' else 'control'}, lr {lr:g}")
+                            label=f"{ARM_NAMES[arm]}, lr {lr:g}")
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ticks = sorted({(p["epochs"], p["total_steps"]) for p in curve["points"]})
@@ -352,16 +361,22 @@ def main() -> None:
     parser.add_argument("--lr", default="1e-5", help="peak learning rate(s) of the curve, comma-separated")
     parser.add_argument("--lr-sweep", default="", help="further learning rates, at --lr-budget")
     parser.add_argument("--lr-budget", type=int, default=None, help="steps per stage of the learning-rate sweep")
+    parser.add_argument("--arms", default="paper,control", help="which arms, in the order they train: "
+                        "paper, default (paper with the automatic warm-up), control")
     parser.add_argument("--report-only", action="store_true", help="train nothing: tabulate the recorded points")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs", help="where data/ and img/ are written")
     args = parser.parse_args()
+    arms = [a for a in args.arms.split(",") if a]
+    if set(arms) - set(ARM_NAMES):
+        unknown = ", ".join(sorted(set(arms) - set(ARM_NAMES)))
+        parser.error(f"--arms: {unknown} unknown; choose from {', '.join(ARM_NAMES)}")
     if not args.report_only:
         for path in (PAIRS, SCIFACT):
             if not path.exists():
                 raise SystemExit(f"{path}: not found (the real data of ../shared/data)")
         run_points(args.work.resolve(), args.results.resolve(), [int(x) for x in args.budgets.split(",") if x],
                    [float(x) for x in args.lr.split(",") if x], [float(x) for x in args.lr_sweep.split(",") if x],
-                   args.lr_budget)
+                   args.lr_budget, arms)
     curve = collect(args.results.resolve())
     (args.docs / "data").mkdir(parents=True, exist_ok=True)
     (args.docs / "data" / "budget_curve.json").write_text(json.dumps(curve, indent=1) + "\n")

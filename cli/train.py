@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cli.common import DocumentPrompt, QueryPrompt, Wait, _folder, _model, _run, app, prompts_option, out_console
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
-from mosaic_core.config import TrainConfig
+from mosaic_core.config import StageConfig, TrainConfig
 
 
 def parse_overrides(items: list[str]) -> tuple[dict, dict[str, dict]]:
@@ -33,6 +33,10 @@ def build_train_config(preset: str, overrides: list[str], query_column: str, doc
     common, per_stage = parse_overrides(overrides)
     if prompts is not None:
         common["prompts"] = prompts
+    # a field of the run, not of a stage (mlm_warmup=off, validation_pool=…, negative_rule.margin=…)
+    run_fields = set(TrainConfig.model_fields) - set(StageConfig.model_fields) - {"stages"}
+    run = {**run, **{k: common.pop(k) for k in list(common) if k in run_fields},
+           **{k: per_stage.pop(k) for k in list(per_stage) if k in run_fields}}
     try:
         return TrainConfig.preset(preset, common, per_stage, query_column=query_column,
                                   document_column=document_column, **run)
@@ -56,7 +60,8 @@ def train(
                                         "--set max_steps=N, or --set epochs=N for whole passes).")] = "paper",
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Override a stage field: key=value for every stage, stage.key=value for one "
-        "(e.g. --set batch_size=256 --set chunk_size=32 --set joint.max_steps=1000).")] = None,
+        "(e.g. --set batch_size=256 --set chunk_size=32 --set joint.max_steps=1000); a field of the run "
+        "the same way (--set mlm_warmup=off trains the preset's stages as given).")] = None,
     heldout_pairs: Annotated[int, typer.Option(help="Test pairs held out of training (what `mosaic eval "
                                                "--heldout` scores).")] = 256,
     validation_pairs: Annotated[int, typer.Option(help="Further pairs held out: each stage scores them every "

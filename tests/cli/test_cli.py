@@ -120,3 +120,27 @@ def test_vocab_set_reaches_any_stage_one_field():
     assert (cfg.distill.batch_size, cfg.min_count, cfg.base_model) == (16, 7, "b")  # --set after the options
     with pytest.raises(typer.BadParameter, match="distill.nope"):
         _vocab_config({"distill.nope": 1}, base_model="b")
+
+
+def test_train_set_reaches_the_run_fields_as_well_as_the_stages(tmp_path, monkeypatch):
+    import cli.train
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"query": "q", "document": "d"}\n')
+    seen = []
+
+    def run(flow, model, source, cfg, out, *a, **kw):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli.train, "_run", run)
+    args = ["train", "--model", "offline:all-MiniLM-L6-v2", "--pairs", str(pairs), "--out", str(tmp_path / "out")]
+    runner.invoke(app, [*args, "--set", "mlm_warmup=off", "--set", "negative_rule.margin=0.95",
+                        "--set", "joint.max_steps=7", "--set", "lr=3e-5"])
+    cfg = seen[-1]
+    assert (cfg.mlm_warmup, cfg.negative_rule.margin) == ("off", 0.95)
+    assert [(s.name, s.max_steps, s.lr) for s in cfg.stages] == [("joint", 7, 3e-5), ("contrastive", 80, 3e-5)]
+    runner.invoke(app, args)
+    assert seen[-1].mlm_warmup == "auto"
+    result = runner.invoke(app, [*args, "--set", "mlm_warmup=sometimes"])
+    assert result.exit_code == 2 and "mlm_warmup" in result.output
