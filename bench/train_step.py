@@ -4,6 +4,7 @@ with throughput and, on a GPU, model FLOPs utilisation.
     python bench/train_step.py [--size minilm|bert-base] [--batch 32] [--steps 3] [--corpus-pairs 2000]
                                [--device cuda] [--precision auto|fp32|bf16] [--peak-tflops 989]
                                [--model offline:all-MiniLM-L6-v2] [--pairs FILE]
+                               [--compile] [--pad-multiple 8]
 
 The model is ``--model`` (the offline MiniLM by default) after stage 1 on real biomedical pairs
 (so V_D is real), or a randomly initialised BERT-base-size encoder (12 × 768) over the same
@@ -14,6 +15,9 @@ all-token MLM ratio beside it, tokens/s (padded positions, queries + documents) 
 TFLOP/s; MFU when the device's peak is known (H100/H200 bf16 dense: 989 TFLOP/s) or given.
 Model FLOPs per step: 6·N·T + 12·L·d·s·T over queries and documents (N non-embedding
 parameters, T tokens, s padded length) plus 6·(d² + d·R) per masked position (R = |V_D| or |V|).
+``--compile`` times the encoder under torch.compile (the stage field ``compile``; the untimed first
+round compiles it), ``--pad-multiple`` pads token lengths as the stage field ``pad_to_multiple_of``
+does (a stage on a GPU pads to 8 unless told): run with and without each for before and after.
 """
 
 from __future__ import annotations
@@ -104,6 +108,8 @@ def main() -> None:
                     help="auto: bf16 autocast on CUDA and on CPUs with native bf16 (as the trainer)")
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's peak for this precision, for MFU (default: known H100/H200 bf16 peak)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the encoder (dynamic shapes)")
+    ap.add_argument("--pad-multiple", type=int, default=None, help="pad token lengths to a multiple of this")
     args = ap.parse_args()
     device = torch.device(args.device)
     dtype = resolve_precision(args.precision, device)
@@ -120,10 +126,14 @@ def main() -> None:
         domain = read_domain_ids(stage1)
         tok = AutoTokenizer.from_pretrained(stage1)
         pairs = pairs[: args.batch]
-        domain_batch = PairCollator(tok, domain, generator=torch.Generator().manual_seed(0))(pairs)
-        all_batch = PairCollator(tok, None, generator=torch.Generator().manual_seed(0))(pairs)
+        pad = args.pad_multiple
+        domain_batch = PairCollator(tok, domain, generator=torch.Generator().manual_seed(0),
+                                    pad_to_multiple_of=pad)(pairs)
+        all_batch = PairCollator(tok, None, generator=torch.Generator().manual_seed(0), pad_to_multiple_of=pad)(pairs)
         model, _ = build_model(str(model_dir))
         model.to(device).train()
+        if args.compile:
+            model.encoder.compile(dynamic=True)
         on = {k: v.to(device) for k, v in domain_batch.items()}, {k: v.to(device) for k, v in all_batch.items()}
         modes = {"contrastive": (on[0], domain.to(device), False), "joint": (on[0], domain.to(device), True),
                  "all": (on[1], None, True)}
@@ -135,7 +145,9 @@ def main() -> None:
         name = args.size if args.size == "bert-base" else args.model
         print(f"{name} after stage 1: |V| = {len(tok):,}, |V_D| = {report.tokens_added:,}; batch {args.batch}, "
               f"query/doc tokens {domain_batch['query_ids'].shape[1]}/{domain_batch['doc_ids'].shape[1]}; "
-              f"{where}, {'fp32' if dtype is None else 'bf16 autocast'}")
+              f"{where}, {'fp32' if dtype is None else 'bf16 autocast'}, "
+              f"attention {model.encoder.config._attn_implementation}"
+              f"{', compiled' if args.compile else ''}{f', padded to a multiple of {pad}' if pad else ''}")
         print(f"masked positions: domain {int((domain_batch['labels'] != IGNORE).sum())}, "
               f"all-token {int((all_batch['labels'] != IGNORE).sum())}")
         best = best_steps(model, modes, args.steps, device, dtype)

@@ -137,6 +137,14 @@ class StageConfig(Frozen):
     )
     query_max_length: int = Field(64, gt=0, description="Queries are cut after this many tokens.")
     document_max_length: int = Field(256, gt=0, description="Documents are cut after this many tokens.")
+    pad_to_multiple_of: int | None = Field(
+        None, gt=0, description="Pad each batch's token length up to a multiple of this (padded positions are "
+        "masked: the loss is the same). None: 8 on a GPU (tensor-core shapes, and fewer distinct shapes for a "
+        "compiled encoder), 1 on a CPU.")
+    compile: bool = Field(
+        False, description="torch.compile the encoder (dynamic shapes; the saved weights are the same). The first "
+        "steps pay the compile time, so it is worth it on a GPU over a long stage; measure with "
+        "bench/train_step.py --compile.")
     seed: int = Field(0, description="Seed of the data order and the masks (both functions of seed and step).")
     checkpoint_every: int = Field(200, gt=0, description="Optimizer steps between checkpoints.")
     log_every: int = Field(10, gt=0, description="Steps between lines of train_log.jsonl (losses averaged over them).")

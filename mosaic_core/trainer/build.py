@@ -146,11 +146,22 @@ def capped_lengths(stage: StageConfig, model: DualEncoder, input_model: str) -> 
 
 
 def build_collator(tokenizer, stage: StageConfig, domain_ids: torch.Tensor | None, lengths: Lengths,
-                   prompts: Prompts | None = None) -> PairCollator:
-    """Documents are masked only when the stage trains an MLM term; masks are drawn per batch."""
+                   prompts: Prompts | None = None, device: torch.device | None = None) -> PairCollator:
+    """Documents are masked only when the stage trains an MLM term; masks are drawn per batch.
+    Token lengths are padded to a multiple of ``pad_to_multiple_of`` (None: 8 on a GPU)."""
+    multiple = stage.pad_to_multiple_of or (8 if device is not None and device.type == "cuda" else None)
     return PairCollator(tokenizer, domain_ids if stage.mlm_tokens == "domain" else None, lengths.query,
                         lengths.document, stage.mlm_probability if stage.uses_mlm else 0.0,
-                        negatives=stage.hard_negatives, prompts=prompts or Prompts())
+                        negatives=stage.hard_negatives, prompts=prompts or Prompts(), pad_to_multiple_of=multiple)
+
+
+def compile_encoder(model: DualEncoder, stage: StageConfig) -> None:
+    """``stage.compile``: torch.compile the encoder in place (dynamic shapes: a batch's padded
+    length varies), so its state dict, and what a checkpoint or the saved model holds, is unchanged."""
+    if stage.compile:
+        log.info("stage %s: the encoder is compiled (torch.compile, dynamic shapes); the first steps pay for it",
+                 stage.name)
+        model.encoder.compile(dynamic=True)
 
 
 @dataclass
@@ -215,6 +226,7 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     if prompts:
         log.info("stage %s: query prompt %r, document prompt %r", stage.name, prompts.query, prompts.document)
     model.to(device).train()
+    compile_encoder(model, stage)
     dev_domain = domain_ids.to(device) if domain_ids is not None else None
     if stage.kind == "mlm":
         freeze_for_warmup(model, dev_domain, stage.mlm_rows)
@@ -226,7 +238,7 @@ def build_parts(stage: StageConfig, model_dir: str, input_model: str, data: Pair
     return TrainParts(
         model=model, head_loaded=head_loaded, tokenizer=tokenizer, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, stage, total),
-        collate=build_collator(tokenizer, stage, domain_ids, lengths, prompts),
+        collate=build_collator(tokenizer, stage, domain_ids, lengths, prompts, device),
         plan=plan, loss_fn=build_loss(stage), lengths=lengths,
         domain_ids=domain_ids, mlm_domain=dev_domain if stage.mlm_tokens == "domain" else None, device=device,
         dtype=resolve_precision(stage.precision, device), total=total,

@@ -40,12 +40,13 @@ def test_gradient_cache_on_cuda_equals_the_big_batch_on_cpu(tmp_path):
         torch.testing.assert_close(g, grads["cpu"][name], rtol=1e-3, atol=1e-5, msg=name)
 
 
-def test_bf16_joint_stage_on_cuda_learns_keeps_fp32_weights_and_saves_a_loadable_model(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bf16_joint_stage_on_cuda_learns_keeps_fp32_weights_and_saves_a_loadable_model(tmp_path, compiled):
     stage1 = tmp_path / "stage1"
     build_expanded_model([t for p in PAIRS for t in p] * 3, stage1,
                          stage1_config(tiny_bert(tmp_path / "base"), vocab_size=300))
     cfg = StageConfig(name="joint", kind="joint", batch_size=8, chunk_size=4, max_steps=20, lr=1e-3,
-                      precision="bf16", log_every=1, checkpoint_every=100)
+                      precision="bf16", log_every=1, checkpoint_every=100, compile=compiled)  # padded to 8
     result = train_stage(str(stage1), PAIRS, cfg, tmp_path / "out", hooks=Hooks(progress=False))  # device: cuda
     log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
     totals = [r["total"] for r in log]
