@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage.own_pairs import _kind, file_batches, file_columns, source_files
+from storage.own_pairs import _kind, file_batches, require_columns, source_files
 from storage.pairs_io import CorpusError, open_binary
 from storage.parquet import write_partition
 
@@ -35,6 +35,8 @@ MAX_TEXT_BYTES = 64 << 20
 whole, as one document, and no document worth cutting into passages is that long."""
 Document = tuple[str, str | None, str]
 """(doc_id, title or None, text)."""
+TEXT_COLUMN_HINT = ("set source.text_column to the column holding the text (with --documents: "
+                    "--set source.text_column=NAME)")
 
 
 @dataclass
@@ -57,15 +59,8 @@ def check_documents(source: str, text_column: str = "text", base: Path | None = 
     and the columns it has, otherwise."""
     files = source_files(source, base, what="documents", text=True)
     for path in files:
-        if _kind(path, text=True) == "text":
-            continue
-        present = file_columns(path)
-        if not present:
-            raise CorpusError(f"{path} {'is empty' if path.stat().st_size == 0 else 'has no row that reads'}: "
-                              f"there are no documents in it. Pass documents with {text_column!r} in each row")
-        if text_column not in present:
-            raise CorpusError(f"{path}: no column {text_column!r}; it has {sorted(present)}: set "
-                              "documents.text_column to the column holding the text")
+        if _kind(path, text=True) != "text":
+            require_columns(path, (text_column,), "documents", TEXT_COLUMN_HINT)
     return files
 
 
@@ -111,7 +106,7 @@ def _report(files: list[Path], stats: DocumentStats, n: int) -> None:
     if n == 0:
         why = f"every record was skipped ({dict(stats.skipped)})" if stats.skipped else "they hold no record"
         raise CorpusError(f"{where}: no documents to read: {why}. Pass documents with their text in the text column "
-                          "(documents.text_column), or .txt/.md files")
+                          "(source.text_column), or .txt/.md files")
     if stats.skipped:
         log.warning("%s: skipped %d record(s) without usable text (%s); read %d document(s)", where,
                     sum(stats.skipped.values()), ", ".join(f"{k}: {v}" for k, v in sorted(stats.skipped.items())),
@@ -154,11 +149,8 @@ def _text_file(path: Path, name: str, title_from_first_line: bool, skipped: Coun
 def _table_rows(path: Path, name: str, columns: tuple[str, str | None, str | None],
                 skipped: Counter) -> Iterator[Document]:
     """The documents of a structured file; the title and id columns are read where the file has them."""
-    present = file_columns(path)
     text_column, title_column, id_column = columns
-    if text_column not in present:
-        raise CorpusError(f"{path}: no column {text_column!r}; it has {sorted(present)}: set "
-                          "documents.text_column to the column holding the text")
+    present = require_columns(path, (text_column,), "documents", TEXT_COLUMN_HINT)
     wanted = (text_column, *(c for c in (title_column, id_column) if c is not None and c in present))
     has_title = title_column is not None and title_column in present
     has_id = id_column is not None and id_column in present

@@ -58,12 +58,12 @@ def _listing(text: bool) -> str:
 def hub_dataset(source: str, what: str = "pairs", text: bool = False) -> tuple[str, str | None, str | None] | None:
     """(repository, revision, glob inside it) when ``source`` names a hub dataset: any
     ``hf://datasets/…``, or a bare ``OWNER/NAME[@REVISION]`` that is not a pairs file's name (nor,
-    with ``text``, a .txt/.md file's). ``what`` names the config section in messages
-    (``pairs.path``, ``documents.path``)."""
+    with ``text``, a .txt/.md file's). ``what`` names what the files hold in messages (``pairs``,
+    ``documents``); the path is the source's (``source.path``)."""
     if source.startswith(HUB_PREFIX):
         parts = source.removeprefix(HUB_PREFIX).split("/", 2)
         if len(parts) < 2 or not all(parts[:2]):
-            raise CorpusError(f"{what}.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
+            raise CorpusError(f"source.path {source!r}: a hub dataset is hf://datasets/OWNER/NAME[@REVISION][/GLOB]")
         name, _, revision = parts[1].partition("@")
         return f"{parts[0]}/{name}", revision or None, parts[2] if len(parts) == 3 else None
     if _HUB_ID.match(source) and _kind(Path(source), text) is None:
@@ -92,11 +92,11 @@ def _hub_files(source: str, hub: tuple[str, str | None, str | None], what: str, 
     try:
         folder = Path(snapshot_download(repo, repo_type="dataset", revision=revision, allow_patterns=patterns))
     except LocalEntryNotFoundError as exc:
-        raise CorpusError(f"{what}.path {source!r}: no such local path, and the Hugging Face hub could not be reached "
+        raise CorpusError(f"source.path {source!r}: no such local path, and the Hugging Face hub could not be reached "
                           "with no copy of that dataset in its cache; run once where the hub is reachable, or give "
                           "a local file") from exc
     except (HfHubHTTPError, ValueError) as exc:
-        raise CorpusError(f"{what}.path {source!r}: no such local path, and the hub refused the dataset "
+        raise CorpusError(f"source.path {source!r}: no such local path, and the hub refused the dataset "
                           f"{repo!r}: {str(exc).splitlines()[0]}") from exc
     files = sorted(p for p in folder.rglob("*") if p.is_file() and _kind(p, text) and not p.name.startswith("."))
     if pattern:
@@ -104,7 +104,7 @@ def _hub_files(source: str, hub: tuple[str, str | None, str | None], what: str, 
     elif text:  # every dataset repository has a card: it is no document
         files = [p for p in files if p.relative_to(folder).as_posix().lower() != "readme.md"]
     if not files:
-        raise CorpusError(f"{what}.path {source!r}: the hub dataset {repo!r} holds no {what} file ({_listing(text)}"
+        raise CorpusError(f"source.path {source!r}: the hub dataset {repo!r} holds no {what} file ({_listing(text)}"
                           "); for a dataset built by a script, try its Parquet conversion "
                           f"(hf://datasets/{repo}@refs%2Fconvert%2Fparquet)")
     return files
@@ -113,7 +113,7 @@ def _hub_files(source: str, hub: tuple[str, str | None, str | None], what: str, 
 def source_files(source: str, base: Path | None = None, *, what: str = "pairs", text: bool = False) -> list[Path]:
     """The files of ``source`` (a file, folder, glob, ``save_to_disk`` folder or hub dataset;
     relative to ``base`` when given), sorted; a CorpusError when there are none. With ``text``,
-    .txt and .md files count too (documents); ``what`` names the config section in messages."""
+    .txt and .md files count too (documents); ``what`` names what the files hold in messages."""
     path = Path(source).expanduser()
     if not path.is_absolute() and base is not None:
         path = base / path
@@ -130,9 +130,9 @@ def source_files(source: str, base: Path | None = None, *, what: str = "pairs", 
         files = sorted(Path(p) for p in globlib.glob(str(path), recursive=True) if _kind(Path(p), text))
     else:
         where = f" (paths are relative to {base})" if base is not None and not Path(source).is_absolute() else ""
-        raise CorpusError(f"{what}.path {source!r}: no such file, folder or glob{where}")
+        raise CorpusError(f"source.path {source!r}: no such file, folder or glob{where}")
     if not files:
-        raise CorpusError(f"{what}.path {source!r}: holds no {what} file ({_listing(text)}, "
+        raise CorpusError(f"source.path {source!r}: holds no {what} file ({_listing(text)}, "
                           "optionally compressed, or a Hugging Face save_to_disk folder)")
     # Absolute, not resolved: a hub cache's files are links to blobs whose names have no suffix.
     return [Path(os.path.abspath(f)) for f in files]
@@ -256,14 +256,21 @@ def check_own_pairs(source: str, query_column: str, document_column: str, base: 
     :class:`CorpusError` naming the file, the missing column and the columns it has otherwise."""
     files = source_files(source, base)
     for path in files:
-        present = file_columns(path)
-        if not present:
-            raise CorpusError(f"{path} {'is empty' if path.stat().st_size == 0 else 'has no row that reads'}: "
-                              f"there are no pairs in it. Pass pairs with {query_column!r} and {document_column!r} "
-                              "in each row")
-        missing = [c for c in (query_column, document_column) if c not in present]
-        if missing:
-            raise CorpusError(f"{path}: no column {' or '.join(repr(c) for c in missing)}; it has "
-                              f"{sorted(present) or 'none'}: set pairs.query_column / pairs.document_column "
-                              "(--query-column / --document-column)")
+        require_columns(path, (query_column, document_column), "pairs",
+                        "set source.query_column / source.document_column (--query-column / --document-column)")
     return files
+
+
+def require_columns(path: Path, columns: tuple[str, ...], what: str, hint: str) -> set[str]:
+    """The columns of ``path`` (:func:`file_columns`), which must include ``columns``: else a
+    :class:`CorpusError` naming the file, the missing columns and those it has, then ``hint``
+    (which setting names them). ``what`` names what the rows hold (``pairs``, ``documents``)."""
+    present = file_columns(path)
+    if not present:
+        raise CorpusError(f"{path} {'is empty' if path.stat().st_size == 0 else 'has no row that reads'}: there are "
+                          f"no {what} in it. Pass {what} with {' and '.join(repr(c) for c in columns)} in each row")
+    missing = [c for c in columns if c not in present]
+    if missing:
+        names = " or ".join(repr(c) for c in missing)
+        raise CorpusError(f"{path}: no column {names}; it has {sorted(present)}: {hint}")
+    return present

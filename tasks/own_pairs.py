@@ -120,7 +120,8 @@ def _reasons(stats: PairStats) -> str:
 
 def _none_left(source: str, stats: PairStats) -> CorpusError:
     return CorpusError(f"{source}: no pairs left after the filters ({stats.rows:,} rows read; dropped: "
-                       f"{_reasons(stats)}); check pairs.query_column / document_column and the min_*_words thresholds")
+                       f"{_reasons(stats)}); check source.query_column / source.document_column and the "
+                       "min_*_words thresholds")
 
 
 def _too_few(source: str, distinct: int, rows: int, batch: int, heldout: int, validation: int) -> CorpusError | None:

@@ -104,17 +104,17 @@ def test_max_documents_stops_reading(tmp_path):
 
 
 def test_unusable_sources_are_errors_that_name_the_file_and_what_to_do(tmp_path):
-    with pytest.raises(CorpusError, match=r"documents.path 'missing': no such file, folder or glob \(paths are "
+    with pytest.raises(CorpusError, match=r"source.path 'missing': no such file, folder or glob \(paths are "
                        "relative to"):
         check_documents("missing", base=tmp_path)
-    with pytest.raises(CorpusError, match="documents.path 'notes/a.txt': no such file"):
+    with pytest.raises(CorpusError, match="source.path 'notes/a.txt': no such file"):
         check_documents("notes/a.txt", base=tmp_path)  # a text file's name is a missing file, not a hub dataset
     assert own_pairs.locate("notes/a.txt", tmp_path, text=True) == str(tmp_path / "notes" / "a.txt")
     assert own_pairs.locate("acme/notes", tmp_path, text=True) == "acme/notes"
     path = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist([{"body": "x", "name": "y"}]), path)
     with pytest.raises(CorpusError, match=r"d.parquet: no column 'text'; it has \['body', 'name'\]: set "
-                       "documents.text_column"):
+                       "source.text_column"):
         check_documents(str(path))
     (tmp_path / "empty").mkdir()
     with pytest.raises(CorpusError, match=r"holds no documents file \(.txt, .md, .jsonl"):
