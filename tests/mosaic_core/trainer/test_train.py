@@ -6,10 +6,11 @@ import torch
 from builders import stage1_config, tiny_bert
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
-from transformers import AutoModel
+from transformers import AutoModel, AutoTokenizer
 
 from mosaic_core.config import StageConfig, TrainConfig
-from mosaic_core.modeling.dual_encoder import build_model
+from mosaic_core.modeling.dual_encoder import PairCollator, build_model
+from mosaic_core.modeling.losses import JointLoss
 from mosaic_core.modeling.modeldir import HEAD_WEIGHTS, read_domain_ids
 from mosaic_core.trainer import (
     BatchPlan,
@@ -21,6 +22,8 @@ from mosaic_core.trainer import (
     frequency_entropy,
     train_stage,
 )
+from mosaic_core.trainer.build import build_collator
+from mosaic_core.trainer.gradcache import joint_backward
 from mosaic_core.trainer.heldout import RetrievalProbe
 from mosaic_core.vocab.build import build_expanded_model
 
@@ -324,3 +327,47 @@ def test_ties_go_to_the_later_step_and_the_input_model_can_win(stage1, tmp_path)
     a, b = weights(stage1), weights(tmp_path / "input")
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+# The GPU throughput paths, run on the CPU: padding to a multiple and the compiled encoder change
+# the shapes and the kernels, never the loss or the weights a stage trains.
+
+def test_padding_to_a_multiple_changes_the_shapes_not_the_loss(stage1):
+    tok = AutoTokenizer.from_pretrained(stage1)
+    plain = PairCollator(tok, None, mlm_probability=0.0)(PAIRS)
+    multiple = max(plain["query_ids"].shape[1], plain["doc_ids"].shape[1]) + 1  # pads both
+    padded = PairCollator(tok, None, mlm_probability=0.0, pad_to_multiple_of=multiple)(PAIRS)
+    assert padded["query_ids"].shape[1] == padded["doc_ids"].shape[1] == multiple
+    assert torch.equal(padded["doc_mask"].sum(1), plain["doc_mask"].sum(1))
+    losses = []
+    for batch in (plain, padded):
+        model, _ = build_model(str(stage1))
+        model.eval()
+        losses.append(joint_backward(model, batch, JointLoss(alpha=0.0, scale=20.0), None, len(PAIRS),
+                                     use_mlm=False)["contrastive"])
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_stage_pads_to_8_on_a_gpu_unless_told(stage1):
+    tok = AutoTokenizer.from_pretrained(stage1)
+    cfg = StageConfig(name="c", kind="contrastive")
+    lengths = type("L", (), {"query": 64, "document": 256})
+    assert build_collator(tok, cfg, None, lengths, device=torch.device("cuda")).pad_to_multiple_of == 8
+    assert build_collator(tok, cfg, None, lengths, device=torch.device("cpu")).pad_to_multiple_of is None
+    told = cfg.model_copy(update={"pad_to_multiple_of": 64})
+    assert build_collator(tok, told, None, lengths, device=torch.device("cpu")).pad_to_multiple_of == 64
+
+
+def test_a_compiled_encoder_trains_the_weights_the_eager_one_does(stage1, tmp_path, caplog, monkeypatch):
+    import torch._inductor.config
+
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)  # dropout draws as eager's do
+    train_stage(str(stage1), PAIRS, stage(chunk_size=None, max_steps=3), tmp_path / "eager", hooks=quiet())
+    with caplog.at_level("INFO"):
+        train_stage(str(stage1), PAIRS, stage(chunk_size=None, max_steps=3, compile=True), tmp_path / "compiled",
+                    hooks=quiet())
+    assert "encoder is compiled" in caplog.text
+    eager, compiled = (AutoModel.from_pretrained(tmp_path / n).state_dict() for n in ("eager", "compiled"))
+    assert compiled.keys() == eager.keys()  # no _orig_mod. prefix: the saved model loads as before
+    for name, weight in eager.items():
+        torch.testing.assert_close(compiled[name], weight, rtol=1e-4, atol=1e-5, msg=name)
