@@ -141,6 +141,9 @@ class StageConfig(Frozen):
         None, gt=0, description="Pad each batch's token length up to a multiple of this (padded positions are "
         "masked: the loss is the same). None: 8 on a GPU (tensor-core shapes, and fewer distinct shapes for a "
         "compiled encoder), 1 on a CPU.")
+    collate_threads: int | None = Field(
+        None, gt=0, description="Threads that read and tokenize batches ahead of the step (the batches are the same "
+        "whatever their number). None: 4 on a GPU, 1 on a CPU (where the step needs the cores).")
     compile: bool = Field(
         False, description="torch.compile the encoder (dynamic shapes; the saved weights are the same). The first "
         "steps pay the compile time, so it is worth it on a GPU over a long stage; measure with "

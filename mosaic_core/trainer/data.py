@@ -3,6 +3,8 @@ corpus), which of them form batch ``g``, and collation in a background thread.""
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -117,29 +119,38 @@ def read_rows(batches: Iterable[pa.RecordBatch], rows: np.ndarray) -> dict[int, 
 
 class BatchPlan:
     """Which examples form global batch ``g``: epoch ``g // per_epoch`` shuffles with ``seed + epoch``,
-    so a batch is a pure function of (seed, g) and resuming needs only the step."""
+    so a batch is a pure function of (seed, g) and resuming needs only the step. Safe to call from
+    several collation threads."""
 
     def __init__(self, n: int, batch_size: int, seed: int):
         self.n, self.seed = n, seed
         self.batch_size = min(batch_size, n)
         self.per_epoch = n // self.batch_size
         self._epoch, self._perm = -1, None
+        self._lock = threading.Lock()
 
     def indices(self, g: int) -> list[int]:
         epoch, i = divmod(g, self.per_epoch)
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
-        return self._perm[i * self.batch_size:(i + 1) * self.batch_size].tolist()
+        with self._lock:
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self._perm = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
+            perm = self._perm
+        return perm[i * self.batch_size:(i + 1) * self.batch_size].tolist()
 
 
-def prefetched(make: Callable[[int], dict], start: int, stop: int) -> Iterator[dict]:
-    """``make(start)``, ``make(start + 1)``, … ``make(stop - 1)``, each built in a background thread
-    while the caller trains on the one before (tokenisation releases the GIL), so the accelerator
-    does not wait on collation. Closing the iterator waits for the one batch in flight."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mosaic-collate") as pool:
-        pending = pool.submit(make, start) if start < stop else None
-        for g in range(start, stop):
-            current = pending.result()
-            pending = pool.submit(make, g + 1) if g + 1 < stop else None
+def prefetched(make: Callable[[int], dict], start: int, stop: int, threads: int = 1) -> Iterator[dict]:
+    """``make(start)``, ``make(start + 1)``, … ``make(stop - 1)`` in order, built by ``threads``
+    background threads, that many batches ahead, while the caller trains on the one before
+    (tokenisation releases the GIL), so the accelerator does not wait on collation. A batch is a
+    function of its number alone, so the batches are the same whatever ``threads``. Closing the
+    iterator waits for the batches in flight."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mosaic-collate") as pool:
+        pending = deque(pool.submit(make, g) for g in range(start, min(start + threads, stop)))
+        ahead = start + len(pending)
+        while pending:
+            current = pending.popleft().result()
+            if ahead < stop:
+                pending.append(pool.submit(make, ahead))
+                ahead += 1
             yield current

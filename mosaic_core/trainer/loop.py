@@ -141,8 +141,9 @@ class StepLoop:
     def run(self, state: TrainState) -> str:
         """Train to the end; returns why it stopped: ``steps`` or ``mlm_target``."""
         p, stage = self.parts, self.stage
+        threads = stage.collate_threads or (4 if p.device.type == "cuda" else 1)
         batches = TokenCounter(prefetched(self.make_batch, state.step * stage.accumulation,
-                                          p.total * stage.accumulation))
+                                          p.total * stage.accumulation, threads))
         bar = tqdm(total=p.total, initial=state.step, desc=f"stage {stage.name}", unit="step",
                    disable=None if self.hooks.progress and p.rank == 0 else True,  # None: on a terminal only
                    dynamic_ncols=True)

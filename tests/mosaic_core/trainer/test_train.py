@@ -234,6 +234,28 @@ def test_batch_plan_is_a_function_of_seed_and_step():
     assert plan.indices(2) != first_epoch[0]  # a new epoch reshuffles
 
 
+def test_batches_come_in_order_and_the_same_whatever_the_collation_threads(stage1, tmp_path):
+    import random
+    import time
+
+    from mosaic_core.trainer.data import prefetched
+
+    plan = BatchPlan(10, 3, seed=1)  # three batches an epoch: the threads cross epochs
+
+    def make(g):
+        time.sleep(random.random() / 50)  # threads finish out of order
+        return {"g": g, "rows": plan.indices(g)}
+
+    one = list(prefetched(make, 2, 20))
+    assert [b["g"] for b in one] == list(range(2, 20))
+    assert list(prefetched(make, 2, 20, threads=4)) == one
+    train_stage(str(stage1), PAIRS, stage(collate_threads=1), tmp_path / "one", hooks=quiet())
+    train_stage(str(stage1), PAIRS, stage(collate_threads=3), tmp_path / "three", hooks=quiet())
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "three")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
 def test_validation_retrieval_against_naive_ranks(stage1):
     from mosaic_core.trainer.build import build_parts
     from mosaic_core.trainer.stage import validation_scorer
