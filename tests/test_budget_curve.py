@@ -91,3 +91,17 @@ def test_a_point_missing_a_task_and_an_arm_at_one_budget_get_no_recommendation(c
     _record(tmp_path, "control_80_lr0.0001", 0.02)
 
     assert curve.collect(tmp_path)["recommended"] == []
+
+
+def test_both_stage_arms_are_compared_with_the_control_of_their_budget(curve, tmp_path):
+    _record(tmp_path, "base")
+    _record(tmp_path, "control_80_lr1e-05", 0.01)
+    _record(tmp_path, "paper_80_lr1e-05", 0.0)
+    _record(tmp_path, "default_80_lr1e-05", 0.03)
+
+    points = {p["id"]: p for p in curve.collect(tmp_path)["points"]}
+
+    assert points["control_80_lr1e-05"]["vs_control"] is None
+    assert points["paper_80_lr1e-05"]["vs_control"]["scifact"]["mean"] == pytest.approx(-1.0)
+    assert points["default_80_lr1e-05"]["vs_control"]["heldout"]["mean"] == pytest.approx(2.0)
+    assert {p["steps_per_stage"] for k, p in points.items() if k != "control_80_lr1e-05"} == {80}
