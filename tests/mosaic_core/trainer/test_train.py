@@ -22,7 +22,7 @@ from mosaic_core.trainer import (
     frequency_entropy,
     train_stage,
 )
-from mosaic_core.trainer.build import build_collator
+from mosaic_core.trainer.build import Lengths, build_collator
 from mosaic_core.trainer.gradcache import joint_backward
 from mosaic_core.trainer.heldout import RetrievalProbe
 from mosaic_core.vocab.build import build_expanded_model
@@ -373,7 +373,7 @@ def test_padding_to_a_multiple_changes_the_shapes_not_the_loss(stage1):
 def test_a_stage_pads_to_8_on_a_gpu_unless_told(stage1):
     tok = AutoTokenizer.from_pretrained(stage1)
     cfg = StageConfig(name="c", kind="contrastive")
-    lengths = type("L", (), {"query": 64, "document": 256})
+    lengths = Lengths(query=64, document=256)
     assert build_collator(tok, cfg, None, lengths, device=torch.device("cuda")).pad_to_multiple_of == 8
     assert build_collator(tok, cfg, None, lengths, device=torch.device("cpu")).pad_to_multiple_of is None
     told = cfg.model_copy(update={"pad_to_multiple_of": 64})
