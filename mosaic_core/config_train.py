@@ -304,8 +304,12 @@ class TrainConfig(Frozen):
     mlm_warmup: Literal["auto", "off"] = Field(
         "auto", description="auto: when the input model ships no MLM head and the first stage trains the MLM term "
         "(a joint stage), an MLM warm-up stage goes first and trains the head alone (encoder and embedding rows "
-        "frozen; at most the first stage's steps, stopping once the MLM loss is below 0.85·ln|V_D|), so that the "
+        "frozen; at most mlm_warmup_steps, stopping once the MLM loss is below 0.85·ln|V_D|), so that the "
         "joint stage's MLM term starts from a trained head. off: the stages as given.")
+    mlm_warmup_steps: int | None = Field(
+        None, gt=0, description="The automatic warm-up's step cap (it stops earlier once below its target). None: "
+        "the first stage's budget (its max_steps, else its epochs). The warm-up trains the head alone, so its "
+        "steps cost a fraction of a joint step's.")
 
     @field_validator("stages")
     @classmethod
@@ -347,7 +351,8 @@ class TrainConfig(Frozen):
         name = next(n for n in ("mlm", "mlm-warmup", "warmup") if n not in {s.name for s in self.stages})
         warmup = StageConfig.model_validate({
             **first.model_dump(include=keep), "name": name, "kind": "mlm", "lr": 5e-4, "schedule": "constant",
-            "mlm_target": 0.85, "mlm_rows": False, "eval_every": None})
+            "mlm_target": 0.85, "mlm_rows": False, "eval_every": None,
+            **({"max_steps": self.mlm_warmup_steps} if self.mlm_warmup_steps else {})})
         return self.model_copy(update={"stages": (warmup, *self.stages)})
 
     def columns_for(self, stage: StageConfig) -> tuple[str, str]:

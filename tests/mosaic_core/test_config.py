@@ -64,6 +64,9 @@ def test_a_base_without_an_mlm_head_gets_a_head_only_warm_up_before_the_joint_st
     first = warm.stages[0]
     assert (first.mlm_rows, first.max_steps, first.batch_size, first.mlm_target) == (False, 12, 8, 0.85)
     assert warm.control().stages[0].max_steps == train.control().stages[0].max_steps == 24  # frozen encoder
+    longer = train.model_copy(update={"mlm_warmup_steps": 60}).with_warmup(input_has_head=False)
+    assert longer.stages[0].max_steps == 60 and longer.stages[1:] == warm.stages[1:]  # its own cap, no other
+    assert longer.control().stages[0].max_steps == 24
     assert train.with_warmup(input_has_head=True) is train  # a base with a head: the paper preset
     assert train.model_copy(update={"mlm_warmup": "off"}).with_warmup(False).stages == train.stages
     contrastive_only = TrainConfig.preset("contrastive-only")
