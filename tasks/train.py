@@ -112,9 +112,11 @@ def with_warmup(cfg: TrainConfig, input_model: str) -> TrainConfig:
         return cfg  # nothing to decide: the model is not loaded
     out = cfg.with_warmup(ships_mlm_head(input_model))
     if out is not cfg:
-        log.info("%s ships no MLM head: stage %s trains one (the head alone, at most %s steps) before stage %s "
-                 "(train.mlm_warmup: off leaves it out)", input_model, out.stages[0].name,
-                 out.stages[0].max_steps or f"{out.stages[0].epochs} passes' ", cfg.stages[0].name)
+        warmup = out.stages[0]
+        cap = f"{warmup.max_steps} steps" if warmup.max_steps else f"{warmup.epochs} passes"
+        log.info("%s ships no MLM head: stage %s trains one (the head alone, at most %s, until its target) before "
+                 "stage %s (train.mlm_warmup: off leaves it out; train.mlm_warmup_steps caps it)", input_model,
+                 warmup.name, cap, cfg.stages[0].name)
     return out
 
 
