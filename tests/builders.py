@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
+from types import ModuleType
 from pathlib import Path
 
 import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def bench_script(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded as a module (bench/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shared_data(*parts: str) -> Path:

@@ -3,23 +3,20 @@ of per-query scores (written here; nothing is trained)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "budget_curve.py"
+from builders import bench_script
+
 QUERIES = 200
 
 
 @pytest.fixture(scope="module")
 def curve():
-    spec = importlib.util.spec_from_file_location("budget_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("budget_curve")
 
 
 def _record(results: Path, name: str, shift: float | dict[str, float] = 0.0, spread: float = 0.0,

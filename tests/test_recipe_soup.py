@@ -3,22 +3,18 @@ rows and folder kept (written with plain tensors here; nothing is trained)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "recipe_soup.py"
+from builders import bench_script
 
 
 @pytest.fixture(scope="module")
 def soup():
-    spec = importlib.util.spec_from_file_location("recipe_soup", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.soup
+    return bench_script("recipe_soup").soup
 
 
 def _model(folder: Path, rows: int, fill: float) -> Path:

@@ -3,7 +3,6 @@ projection from records (written here; nothing is run), and its peak-memory samp
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,15 +10,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "scale.py"
+from builders import bench_script
 
 
 @pytest.fixture(scope="module")
 def scale():
-    spec = importlib.util.spec_from_file_location("scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("scale")
 
 
 @pytest.fixture
