@@ -27,25 +27,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.budget_curve import _against, _record, _score, _scores, final_stage  # noqa: E402
+from mosaic_core.trainer.merge import interpolate  # noqa: E402
 
 
 def soup(control: Path, adapted: Path, weight: float, out: Path) -> Path:
-    """``adapted``'s folder with its weights averaged with ``control``'s at ``weight`` (see above)."""
+    """``adapted``'s folder with its weights averaged with ``control``'s at ``weight`` (see above):
+    the control's word embeddings take the adapted model's new rows, so that the project's WiSE-FT
+    interpolation (:func:`mosaic_core.trainer.merge.interpolate`) mixes them, not a copy of it."""
     a, c = load_file(str(adapted / "model.safetensors")), load_file(str(control / "model.safetensors"))
-    if a.keys() != c.keys():
-        raise SystemExit(f"{adapted} and {control} differ in their weights: {sorted(a.keys() ^ c.keys())[:5]}")
-    mixed = {}
-    for name, end in a.items():
-        start = c[name]
-        if not end.is_floating_point():
-            mixed[name] = end
-            continue
-        rows = start.shape[0]  # the word embeddings: the rows both have are mixed, the new ones kept
-        if start.shape[1:] != end.shape[1:] or rows > end.shape[0]:
-            raise SystemExit(f"{name}: {tuple(start.shape)} in the control, {tuple(end.shape)} adapted")
-        out_t = end.float().clone()
-        out_t[:rows] = torch.lerp(start.float(), end[:rows].float(), weight)
-        mixed[name] = out_t.to(end.dtype)
+    start = {}
+    for name, t in c.items():
+        end = a.get(name)
+        if end is not None and t.shape[1:] == end.shape[1:] and t.shape[0] < end.shape[0]:
+            t = torch.cat([t, end[t.shape[0]:].to(t.dtype)])  # the new tokens' rows: lerp(end, end) = end
+        start[name] = t
+    try:
+        mixed = interpolate(start, a, weight)
+    except ValueError as exc:
+        raise SystemExit(f"{control} and {adapted} do not share their weights: {exc}") from exc
     shutil.copytree(adapted, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoints", "tb", "*.jsonl"))
     save_file(mixed, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out

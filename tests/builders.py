@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
-from types import ModuleType
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
