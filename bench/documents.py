@@ -3,18 +3,26 @@ documents (5,183 abstracts with titles; no claim used for training), pairs built
 (title, inverse cloze, cropping, and the default title + inverse cloze), the base fine-tuned on
 each through the core trainer (plain contrastive fine-tuning: the pipeline's control recipe, so
 the builder is what differs), and every model scored on SciFact's train claims with 95 % paired
-intervals against the base.
+intervals against the base. ``DOMAIN=islamic``: the Tafsir Ibn Kathir's 2,696 commentary blocks
+taken as documents (no titles; no verse pair used for training), every model scored on the
+Islamic verse task (the held-out links of the verse pairs ``PAIRS``, over every verse).
 
     OUT=/tmp/docbench WORK=/tmp/docbench-work python bench/documents.py
     SMALL=1 OUT=/tmp/docbench WORK=/tmp/docbench-work python bench/documents.py   # a smoke test
+    mosaic pairs islamic --quran ../shared/data/islamic/quran_en_sahih.txt \
+        --tafsir ../shared/data/islamic/tafsir_ibn_kathir_en.grouped.jsonl \
+        --model offline:all-MiniLM-L6-v2 -d /tmp/islamic-pairs
+    DOMAIN=islamic PAIRS=/tmp/islamic-pairs BUILDERS=ict,crop OUT=/tmp/docbench-islamic \
+        WORK=/tmp/docbench-islamic-work python bench/documents.py
 
 Environment: ``BUILDERS`` (comma-separated recipes, each builders joined by ``+``; default
 ``title,ict,crop,title+ict``), ``STEPS`` (default 80, the pipeline's default budget), ``BATCH``
 (default 32), ``LR`` (default 2e-5), ``BASE`` (default the offline MiniLM), ``DATA`` (default
-``../shared/data``), ``BASE_FROM`` (a ``documents.json`` of an earlier run on the same claims: its
+``../shared/data``), ``BASE_FROM`` (a ``documents.json`` of an earlier run on the same task: its
 base scores are reused, not computed again; recipes run apart, several at once, each scored
-against the same base). Prints and writes ``OUT/documents.json`` after every step, with the
-machine.
+against the same base), ``DOMAIN`` (``scifact``, the default, or ``islamic``), ``PAIRS`` (islamic:
+the verse pairs whose held-out links are the task). Prints and writes ``OUT/documents.json``
+after every step, with the machine.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from retrieval import ndcg_per_query, paired, read_jsonl, recorder, scifact  # noqa: E402
+from retrieval import ndcg_per_query, paired, read_jsonl, recorder, scifact, verses  # noqa: E402
 
 SMALL = os.environ.get("SMALL") == "1"
 OUT, WORK = Path(os.environ["OUT"]), Path(os.environ["WORK"])
@@ -41,6 +49,10 @@ RECIPES = os.environ.get("BUILDERS", "title,ict,crop,title+ict").split(",")
 STEPS = int(os.environ.get("STEPS", "3" if SMALL else "80"))
 BATCH = int(os.environ.get("BATCH", "8" if SMALL else "32"))
 LR = float(os.environ.get("LR", "2e-5"))
+DOMAIN = os.environ.get("DOMAIN", "scifact")
+if DOMAIN not in ("scifact", "islamic") or (DOMAIN == "islamic" and not os.environ.get("PAIRS")):
+    raise SystemExit(f"DOMAIN={DOMAIN}: give DOMAIN=scifact, or DOMAIN=islamic with PAIRS (a `mosaic pairs islamic` "
+                     "data root: its held-out links are the verse task)")
 RESULTS: dict = {"events": [], "scores": {}, "pairs": {}, "against_base": {}}
 event = recorder(OUT / "documents.json", RESULTS)
 
@@ -50,7 +62,7 @@ def build(documents: list[tuple[str, str, str]], builders: tuple[str, ...]) -> l
     from mosaic_core.config_documents import DocumentsConfig
     from mosaic_core.data.documents import BuildStats, document_pairs
 
-    cfg, stats = DocumentsConfig(path="scifact", builders=builders), BuildStats()
+    cfg, stats = DocumentsConfig(path=DOMAIN, builders=builders), BuildStats()
     pairs = {(p.query, p.document): None for doc in documents for p in document_pairs(doc, cfg, stats)[1]}
     RESULTS["pairs"]["+".join(builders)] = {"pairs": len(pairs), **stats.as_dict()}
     return list(pairs)
@@ -63,7 +75,7 @@ def score(name: str, path: str, task) -> None:
 
     model = SentenceTransformer(resolve_model(path), device="cpu")
     RESULTS["scores"][name] = ndcg_per_query(model, *task)
-    event("scored", model=name, scifact=round(100 * float(np.mean(RESULTS["scores"][name])), 2))
+    event("scored", model=name, ndcg10=round(100 * float(np.mean(RESULTS["scores"][name])), 2))
 
 
 def fine_tune(name: str, pairs: list[tuple[str, str]], task) -> None:
@@ -85,15 +97,21 @@ def fine_tune(name: str, pairs: list[tuple[str, str]], task) -> None:
 
 
 def main() -> None:
-    corpus = read_jsonl(DATA / "scifact" / "corpus.jsonl")[: 300 if SMALL else None]
-    documents = [(str(c["_id"]), c.get("title") or None, c["text"]) for c in corpus]
-    task = scifact(DATA / "scifact", SMALL)
+    if DOMAIN == "islamic":
+        blocks = read_jsonl(DATA / "islamic" / "tafsir_ibn_kathir_en.grouped.jsonl")[: 300 if SMALL else None]
+        documents = [(str(b["id"]), None, b["text"]) for b in blocks]
+        task = verses(Path(os.environ["PAIRS"]), DATA / "islamic" / "quran_en_sahih.txt")
+    else:
+        corpus = read_jsonl(DATA / "scifact" / "corpus.jsonl")[: 300 if SMALL else None]
+        documents = [(str(c["_id"]), c.get("title") or None, c["text"]) for c in corpus]
+        task = scifact(DATA / "scifact", SMALL)
     event("start", machine=platform.processor() or platform.machine(), cores=os.cpu_count(), torch=torch.__version__,
-          documents=len(documents), claims=len(task[0]), steps=STEPS, batch=BATCH, lr=LR, recipes=RECIPES)
+          domain=DOMAIN, documents=len(documents), queries=len(task[0]), steps=STEPS, batch=BATCH, lr=LR,
+          recipes=RECIPES)
     if os.environ.get("BASE_FROM"):
         RESULTS["scores"]["base"] = json.loads(Path(os.environ["BASE_FROM"]).read_text())["scores"]["base"]
         event("base reused", source=os.environ["BASE_FROM"],
-              scifact=round(100 * float(np.mean(RESULTS["scores"]["base"])), 2))
+              ndcg10=round(100 * float(np.mean(RESULTS["scores"]["base"])), 2))
     else:
         score("base", BASE, task)
     for recipe in RECIPES:

@@ -1,6 +1,7 @@
 """What the quality benches share: JSONL, NDCG@10 per query with a sentence-transformers model,
-95 % paired bootstrap intervals, and SciFact's train claims over its corpus as (queries,
-documents, relevant sets)."""
+95 % paired bootstrap intervals, SciFact's train claims over its corpus as (queries,
+documents, relevant sets), and the Islamic verse task as (queries, documents, relevant sets,
+excluded documents)."""
 
 from __future__ import annotations
 
@@ -33,11 +34,18 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def ndcg_per_query(model, queries: list[str], docs: list[str], relevant: list[set[int]]) -> list[float]:
-    """NDCG@10 of each query over ``docs`` (``relevant``: indices of its relevant documents)."""
+def ndcg_per_query(model, queries: list[str], docs: list[str], relevant: list[set[int]],
+                   excluded: list[int | None] | None = None) -> list[float]:
+    """NDCG@10 of each query over ``docs`` (``relevant``: indices of its relevant documents;
+    ``excluded``: a document left out of each query's ranking, or None, as mteb's
+    ``ignore_identical_ids`` leaves out a query's own document)."""
     q = model.encode(queries, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
     d = model.encode(docs, normalize_embeddings=True, batch_size=256, convert_to_tensor=True)
-    top = (q @ d.T).topk(min(10, len(docs)), dim=1).indices.cpu().numpy()
+    scores = q @ d.T
+    for i, j in enumerate(excluded or []):
+        if j is not None:
+            scores[i, j] = float("-inf")
+    top = scores.topk(min(10, len(docs)), dim=1).indices.cpu().numpy()
     out = []
     for ranked, rel in zip(top, relevant, strict=True):
         dcg = sum(1 / math.log2(k + 2) for k, j in enumerate(ranked) if j in rel)
@@ -69,3 +77,20 @@ def scifact(folder: Path, small: bool = False) -> tuple[list[str], list[str], li
     at = {old: new for new, old in enumerate(keep)}
     return ([claims[q] for q in qids], [(corpus[i].get("title", "") + " " + corpus[i]["text"]).strip() for i in keep],
             [{at[i] for i in qrels[q]} for q in qids])
+
+
+def verses(pairs: Path, quran: Path, heldout_pairs: int = 256) -> tuple[list[str], list[str], list[set[int]],
+                                                                        list[int | None]]:
+    """The Islamic verse task as the pipeline's ``verses`` evaluation builds it (its held-out links
+    of the verse pairs at ``pairs``, a ``mosaic pairs islamic`` data root or file, over every verse
+    of ``quran``): (queries, documents, relevant sets, each query's own verse to leave out)."""
+    from mosaic_core.eval_tasks import VersesTask
+    from tasks.evaluate import READERS
+
+    spec = VersesTask(name="verses", path=str(pairs), collection=str(quran), heldout_pairs=heldout_pairs)
+    heldout, _ = spec.held_out(READERS, 0)
+    corpus, queries, qrels, _ = READERS.verse_retrieval_data(heldout, READERS.read_verses(quran))
+    index = {c["id"]: i for i, c in enumerate(corpus)}
+    qids = sorted(qrels)
+    return ([queries[q] for q in qids], [c["text"] for c in corpus], [{index[d] for d in qrels[q]} for q in qids],
+            [index.get(q) for q in qids])
