@@ -14,12 +14,17 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-def bench_script(name: str) -> ModuleType:
-    """``bench/<name>.py`` loaded as a module (bench/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+def load_script(path: Path) -> ModuleType:
+    """The Python file ``path`` loaded as a module named after it (a script outside any package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bench_script(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded as a module (bench/ is scripts, not a package)."""
+    return load_script(BENCH / f"{name}.py")
 
 
 def shared_data(*parts: str) -> Path:
