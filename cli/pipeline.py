@@ -101,6 +101,8 @@ def _check_inputs(cfg, config: Path | None) -> None:
 
     _model(cfg.base_model)
     _model(cfg.filter.model)
+    for teacher in {s.teacher for s in cfg.train.stages if s.teacher is not None}:
+        _model(teacher)
     for name, path in cfg.source.inputs().items():
         if not Path(path).is_file():
             raise InputProblem(f"source.{name} of {config}: no file {path} (paths are relative to the "

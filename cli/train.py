@@ -95,6 +95,8 @@ def train(
     from storage.pairs_io import check_pairs_source
 
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
+    for teacher in {s.teacher for s in cfg.stages if s.teacher is not None}:
+        _model(teacher)
     out_root = _folder(out, "--out")
     tracking = mlflow_tracking(mlflow_uri)
     results = _run("flows.train:train_flow", _model(model), pairs, cfg, out_root, processes, tracking,

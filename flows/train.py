@@ -10,6 +10,7 @@ from prefect.artifacts import create_table_artifact
 from mosaic_core.config import TrackingConfig, TrainConfig
 from mosaic_core.modeling.losses import LOSS_TERMS
 from storage.lock import root_lock
+from tasks.margins import with_margins
 from tasks.negatives import with_hard_negatives
 from tasks.results import recorded_beside
 from tasks.tracking import end_run, log_stage, start_run
@@ -45,7 +46,8 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     stages). A completed stage comes from cache; a failed
     one resumes from its last checkpoint when the flow is run again. A pairs file is converted once
     into an examples file under ``out_root/examples`` that the stages memory-map. Stages needing hard
-    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.arrow``).
+    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.arrow``),
+    and a margin_mse stage's negatives are labelled by its teacher (``out_root/margins-<stage>.arrow``).
     With ``tracking.mlflow_uri``, each stage is a nested MLflow run of ``parent_run`` (the
     pipeline's), or of a run of its own."""
     own = tracking is not None and tracking.mlflow_uri is not None and parent_run is None
@@ -67,7 +69,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
     """:func:`train_flow`'s stages under the output root's lock; each logged to ``run_id``."""
     with root_lock(out_root, "train flow"):
         cfg = with_warmup(cfg, input_model)
-        results, model, mined = [], input_model, {}
+        results, model, mined, labelled = [], input_model, {}, {}
         examples = str(Path(out_root) / "examples")
         for i, stage in enumerate(cfg.stages):
             out = stage_dir(out_root, i, stage.name)
@@ -81,6 +83,12 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                         str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,
                         stage.prompts.model_dump() if stage.prompts else None, cfg.negative_rule)
                 source = mined[key]
+            if stage.objective == "margin_mse":  # labelled once per source and teacher
+                key = (source, stage.teacher, *cfg.columns_for(stage))
+                if key not in labelled:
+                    labelled[key] = with_margins(source, stage.teacher, *cfg.columns_for(stage),
+                                                 str(Path(out_root) / f"margins-{stage.name}.arrow"), examples)
+                source = labelled[key]
             results.append(train_stage_task(model, source, stage, cfg, out, examples,
                                                 processes or default_processes()))
             model = out

@@ -163,6 +163,15 @@ class StageConfig(Frozen):
     hard_negatives: int = Field(
         0, ge=0, description="Hard-negative documents per pair added as extra InfoNCE columns (the consistency "
         "filter keeps each pair's; 0: in-batch negatives only).")
+    objective: Literal["infonce", "margin_mse"] = Field(
+        "infonce", description="The retrieval term: infonce, the contrastive loss over in-batch and hard negatives; "
+        "or margin_mse (GPL's MarginMSE): the student's margin between each pair's positive and each of its hard "
+        "negatives, scale × the cosine difference, is regressed onto the teacher cross-encoder's margin (needs "
+        "teacher and hard_negatives; dense, no Matryoshka).")
+    teacher: str | None = Field(
+        None, min_length=1, description="margin_mse only: the cross-encoder that scores each (query, positive) "
+        "and (query, hard negative) pair before the stage trains (a hub id such as "
+        "cross-encoder/ms-marco-MiniLM-L-6-v2, or a local folder); its scores are kept with the examples.")
     keep_best: bool = Field(
         True, description="With validation pairs, the stage's output is its best validated model (NDCG@10, "
         "the input model included; ties: the later), not its last.")
@@ -200,6 +209,28 @@ class StageConfig(Frozen):
                 if getattr(self, field) != default:
                     raise ValueError(f"stage {self.name!r}: {field} belongs to the mlm warm-up; a {self.kind} stage "
                                      f"has none (set it for the warm-up stage only, e.g. --set mlm.{field}=...)")
+        return self
+
+    @model_validator(mode="after")
+    def _margin_mse(self) -> StageConfig:
+        if self.objective != "margin_mse":
+            if self.teacher is not None:
+                raise ValueError(f"stage {self.name!r}: teacher {self.teacher!r} labels margins for "
+                                 "objective margin_mse; set objective=margin_mse or unset teacher")
+            return self
+        refusals = [(self.kind == "mlm", "the mlm warm-up trains no retrieval term"),
+                    (self.teacher is None, "it needs a teacher cross-encoder (e.g. "
+                     "teacher=cross-encoder/ms-marco-MiniLM-L-6-v2, or a local folder)"),
+                    (self.hard_negatives < 1, "its margins are between a positive and hard negatives: set "
+                     "hard_negatives >= 1"),
+                    (self.model_kind == "sparse", "it scores dense embeddings by cosine; a sparse stage trains "
+                     "with infonce"),
+                    (self.matryoshka_dims is not None, "it scores whole embeddings; Matryoshka prefixes train "
+                     "with infonce"),
+                    (self.symmetric, "it has no document→query direction; unset symmetric")]
+        why = [reason for refused, reason in refusals if refused]
+        if why:
+            raise ValueError(f"stage {self.name!r}: objective margin_mse: {'; '.join(why)}")
         return self
 
     @field_validator("matryoshka_dims", "matryoshka_weights", mode="before")

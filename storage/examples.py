@@ -41,6 +41,10 @@ SCHEMA = pa.schema([pa.field("query", pa.large_string()), pa.field("document", p
                     pa.field("negatives", pa.list_(pa.int64()))])
 """An examples file's columns (``query`` is null on a row that holds a negative document only)."""
 
+LABELLED = SCHEMA.append(pa.field("margins", pa.list_(pa.float32())))
+"""A labelled examples file's columns: :data:`SCHEMA` and, per row, a teacher's margin for each of
+its ``negatives`` (``tasks/margins.py``; MarginMSE's labels)."""
+
 _RAW = pa.schema([pa.field("query", pa.large_string()), pa.field("document", pa.large_string()),
                   pa.field("negatives", pa.list_(pa.large_string()))])
 """The conversion's first pass: usable rows, their negatives still texts."""
@@ -115,19 +119,32 @@ def read_blocks(path: Path, rows: int) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
+def labelled(path: Path) -> bool:
+    """Whether ``path`` is a whole examples file with a teacher's margins (:data:`LABELLED`): False
+    for a missing, damaged or unlabelled one."""
+    try:
+        with pa.OSFile(str(path)) as fh:
+            schema = pa.ipc.open_file(fh).schema
+    except (pa.ArrowInvalid, OSError):
+        return False
+    return _FORMAT in (schema.metadata or {}) and schema.names == LABELLED.names
+
+
 def skipped_rows(path: Path) -> int:
     """Rows of the source the examples file ``path`` was converted from that had no usable query
     or document."""
     return int(_metadata(path).get(_SKIPPED, b"0"))
 
 
-def write_examples(path: Path, batches: Iterable[pa.RecordBatch], skipped: int = 0, fingerprint: str = "") -> int:
-    """Write ``batches`` (:data:`SCHEMA`) as the examples file ``path``, atomically; the row count.
-    ``skipped``: the source's unusable rows; ``fingerprint``: what the file was converted from."""
+def write_examples(path: Path, batches: Iterable[pa.RecordBatch], skipped: int = 0, fingerprint: str = "",
+                   schema: pa.Schema = SCHEMA) -> int:
+    """Write ``batches`` (``schema``: :data:`SCHEMA` or :data:`LABELLED`) as the examples file
+    ``path``, atomically; the row count. ``skipped``: the source's unusable rows; ``fingerprint``:
+    what the file was converted from."""
     meta = {_FORMAT: "1", _SKIPPED: str(skipped), _FINGERPRINT: fingerprint}
     rows = 0
     with _temporary(path) as tmp:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, SCHEMA.with_metadata(meta)) as writer:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema.with_metadata(meta)) as writer:
             for batch in batches:
                 writer.write_batch(batch)
                 rows += batch.num_rows

@@ -1,6 +1,7 @@
 """Generated queries (doc2query, Nogueira et al. 2019): a seq2seq model writes queries for each
 passage by sampling, reproducibly, and a cross-encoder may score each (query, passage) pair and
-drop the poor ones (GPL, Wang et al. 2022). The model-free builders are
+drop the poor ones (GPL, Wang et al. 2022); the same cross-encoder's margins between a pair and
+its hard negatives are MarginMSE's labels (:func:`teacher_margins`). The model-free builders are
 :mod:`mosaic_core.data.documents`'s.
 
 Models are loaded from what ``from_pretrained`` accepts (a hub id, a local folder): a config's
@@ -106,14 +107,30 @@ def generate_queries(generator: Loaded, texts: list[str], n: int, seed: int, max
 
 @torch.no_grad()
 def score_pairs(cross_encoder: Loaded, queries: list[str], documents: list[str], batch_size: int = 32) -> list[float]:
-    """The cross-encoder's score (its one logit) of each (query, document) pair, in order."""
-    scores: list[float] = []
-    for start in range(0, len(queries), batch_size):
-        enc = cross_encoder.tokenizer(queries[start:start + batch_size], documents[start:start + batch_size],
-                                      padding=True, truncation=True, max_length=PAIR_MAX_TOKENS, return_tensors="pt")
+    """The cross-encoder's score (its one logit) of each (query, document) pair, in order. Pairs
+    are batched longest first, so a batch pads to little more than its own pairs' length."""
+    order = sorted(range(len(queries)), key=lambda i: -(len(queries[i]) + len(documents[i])))
+    scores = [0.0] * len(queries)
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        enc = cross_encoder.tokenizer([queries[i] for i in batch], [documents[i] for i in batch], padding=True,
+                                      truncation=True, max_length=PAIR_MAX_TOKENS, return_tensors="pt")
         logits = cross_encoder.model(**enc.to(cross_encoder.device)).logits  # (batch, 1)
-        scores += logits[:, 0].float().cpu().tolist()
+        for i, score in zip(batch, logits[:, 0].float().cpu().tolist(), strict=True):
+            scores[i] = score
     return scores
+
+
+def teacher_margins(cross_encoder: Loaded, queries: list[str], documents: list[str], negatives: list[list[str]],
+                    batch_size: int = 32) -> list[list[float]]:
+    """MarginMSE's labels (GPL's pseudo-labels): for each query, the cross-encoder's score of
+    (query, its document) minus its score of (query, negative) for each of its ``negatives``, in
+    their order. One scoring pass over every pair of the call."""
+    firsts = [q for q, negs in zip(queries, negatives, strict=True) for _ in negs]
+    seconds = [n for negs in negatives for n in negs]
+    scores = score_pairs(cross_encoder, queries + firsts, documents + seconds, batch_size)
+    positive, rest = scores[:len(queries)], iter(scores[len(queries):])
+    return [[positive[i] - next(rest) for _ in negs] for i, negs in enumerate(negatives)]
 
 
 def _distinct(queries: list[str], stats: BuildStats) -> list[str]:

@@ -212,9 +212,12 @@ class PairCollator:
         return (torch.from_numpy(np.array([r.ids for r in rows], dtype=np.int64)),
                 torch.from_numpy(np.array([r.attention_mask for r in rows], dtype=np.int64)))
 
-    def __call__(self, batch: list[tuple[str, ...]],
-                 generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """Collate ``batch``; masks draw from ``generator`` (default: the collator's own)."""
+    def __call__(self, batch: list[tuple[str, ...]], generator: torch.Generator | None = None,
+                 margins: list[list[float]] | None = None) -> dict[str, torch.Tensor]:
+        """Collate ``batch``; masks draw from ``generator`` (default: the collator's own).
+        ``margins``: per item, a teacher's margin of each of its hard negatives; with them the
+        batch has ``neg_owner`` (``[N]``: the item each negative belongs to) and ``neg_margin``
+        (``[N]``: its margin) for the kept negatives."""
         queries = self.prompts.apply([item[0] for item in batch], "query")
         docs = self.prompts.apply([item[1] for item in batch], "document")
         query_ids, query_mask = self._encode(queries, self.query_max_length)
@@ -228,6 +231,12 @@ class PairCollator:
         negatives = self.prompts.apply([n for item in batch for n in item[2: 2 + self.negatives]], "document")
         if negatives:
             out["neg_ids"], out["neg_mask"] = self._encode(negatives, self.document_max_length)
+            if margins is not None:
+                if any(len(m) != len(item) - 2 for item, m in zip(batch, margins, strict=True)):
+                    raise ValueError("margins: one per hard negative of each item")
+                kept = [m[:self.negatives] for m in margins]
+                out["neg_owner"] = torch.tensor([i for i, m in enumerate(kept) for _ in m], dtype=torch.long)
+                out["neg_margin"] = torch.tensor([x for m in kept for x in m], dtype=torch.float32)
         return out
 
 

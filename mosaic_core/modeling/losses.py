@@ -85,6 +85,26 @@ def matryoshka_info_nce(
                for d, w in zip(dims, weights, strict=True))
 
 
+def margin_mse(queries: torch.Tensor, docs: torch.Tensor, negatives: torch.Tensor, owner: torch.Tensor,
+               margins: torch.Tensor, scale: float = 50.0) -> torch.Tensor:
+    """MarginMSE (Hofstätter et al. 2020; GPL's loss, Wang et al. 2022): the mean squared error
+    between the student's margins and a teacher's, one per hard negative.
+
+    ``queries``, ``docs``: ``[B, d]`` (row i of each a positive pair); ``negatives``: ``[N, d]``,
+    negative j belonging to pair ``owner[j]`` (``[N]`` long); ``margins``: ``[N]``, the teacher's
+    score of (query, positive) minus its score of (query, negative j) — a cross-encoder's logits.
+    The student scores with ``scale`` × the cosine of L2-normalised embeddings (the similarity a
+    dense model here is trained and served with; ``scale`` brings the cosine's range of 2 to a
+    logit's), so its margin is ``scale·(cos(q, d) − cos(q, n_j))``. No negative in the batch:
+    a zero that keeps the graph."""
+    q, d, n = (F.normalize(x.float(), dim=-1) for x in (queries, docs, negatives))
+    if n.shape[0] == 0:
+        return (q.sum() + d.sum()) * 0.0
+    q_own = q[owner]
+    student = scale * ((q_own * d[owner]).sum(-1) - (q_own * n).sum(-1))
+    return F.mse_loss(student, margins.float())
+
+
 def domain_lookup(domain_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """``[V]`` long: position of each vocabulary id in V_D, ``IGNORE`` for non-domain ids."""
     lookup = torch.full((vocab_size,), IGNORE, dtype=torch.long, device=domain_ids.device)
@@ -159,7 +179,7 @@ def mask_tokens(
     return masked, labels
 
 
-LOSS_TERMS: tuple[str, ...] = ("mlm", "contrastive", "flops")
+LOSS_TERMS: tuple[str, ...] = ("mlm", "contrastive", "margin_mse", "flops")
 """Every term :class:`JointLoss` can return besides ``total``, in the order shown: the progress
 bar, the log, the Prefect progress artifact, the stage table, the run report's curves and the
 trackers read this tuple, so a new term is declared here, and in :func:`loss_terms`, only."""
@@ -167,14 +187,19 @@ trackers read this tuple, so a new term is declared here, and in :func:`loss_ter
 
 def loss_terms(stage: StageConfig) -> list[str]:
     """The terms of :data:`LOSS_TERMS` that ``stage`` computes (its bar and log show only these)."""
+    margins = stage.objective == "margin_mse"
     on = {"mlm": stage.kind == "mlm" or (stage.kind == "joint" and stage.alpha > 0),
-          "contrastive": stage.kind != "mlm",
+          "contrastive": stage.kind != "mlm" and not margins,
+          "margin_mse": stage.kind != "mlm" and margins,
           "flops": stage.kind != "mlm" and stage.model_kind == "sparse"}
     return [t for t in LOSS_TERMS if on[t]]
 
 
 class JointLoss(nn.Module):
     """``total = alpha * mlm + contrastive``; returns the components, never logs.
+
+    ``objective`` ``margin_mse`` replaces the contrastive term by :func:`margin_mse` on the hard
+    negatives and the teacher's margins (the term ``"margin_mse"``; no in-batch negatives).
 
     ``flops`` (λ_query, λ_document) makes it SPLADE's loss (:mod:`mosaic_core.modeling.sparse`): the
     contrastive term on raw dot products at scale 1, plus ``"flops"``, the FLOPS regulariser
@@ -184,15 +209,29 @@ class JointLoss(nn.Module):
 
     def __init__(self, alpha: float = 0.3, scale: float = 50.0, symmetric: bool = False,
                  flops: tuple[float, float] | None = None,
-                 matryoshka: tuple[tuple[int, ...], tuple[float, ...] | None] | None = None):
+                 matryoshka: tuple[tuple[int, ...], tuple[float, ...] | None] | None = None,
+                 objective: str = "infonce"):
         super().__init__()
         if flops is not None and matryoshka is not None:
             raise ValueError("Matryoshka dimensions truncate dense embeddings; a sparse (FLOPS) loss has none")
+        if objective == "margin_mse" and (flops is not None or matryoshka is not None):
+            raise ValueError("margin_mse scores dense, whole embeddings; it has no sparse or Matryoshka form here")
         self.alpha, self.scale, self.symmetric, self.flops = alpha, scale, symmetric, flops
-        self.matryoshka = matryoshka
+        self.matryoshka, self.objective = matryoshka, objective
 
     def forward(self, queries: torch.Tensor, docs: torch.Tensor, mlm: torch.Tensor | None,
-                hard_negatives: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                hard_negatives: torch.Tensor | None = None,
+                margins: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """``margins``: (owner ``[N]``, teacher margins ``[N]``) of the ``hard_negatives``; needed by
+        (and only read by) the ``margin_mse`` objective."""
+        if self.objective == "margin_mse":
+            if hard_negatives is None:  # a batch whose pairs have no negative: nothing to distil
+                hard_negatives, margins = queries[:0], (queries.new_zeros(0, dtype=torch.long), queries.new_zeros(0))
+            if margins is None:
+                raise ValueError("the margin_mse objective needs the teacher's margin of every hard negative")
+            term = margin_mse(queries, docs, hard_negatives, *margins, self.scale)
+            mlm = mlm if mlm is not None else term.new_zeros(())
+            return {"total": self.alpha * mlm + term, "mlm": mlm, "margin_mse": term}
         if self.matryoshka is not None:
             contrastive = matryoshka_info_nce(queries, docs, *self.matryoshka, self.scale, self.symmetric,
                                               hard_negatives)

@@ -68,6 +68,10 @@ def check_inputs(stage: StageConfig, input_model: str, input_model_dir: str, dom
         raise StageInputError(f"stage {stage.name!r} uses {stage.hard_negatives} hard negatives per pair, but the "
                               "training pairs carry none: filter them with `mosaic filter` (it keeps each pair's "
                               "hard negatives) or set hard_negatives=0")
+    if stage.objective == "margin_mse" and not data.has_margins:
+        raise StageInputError(f"stage {stage.name!r} trains margin_mse, but its examples carry no teacher margins: "
+                              "train through `mosaic train` or `mosaic run` (they label the hard negatives with the "
+                              "stage's teacher first), or set objective=infonce")
 
 
 def param_groups(model: DualEncoder, weight_decay: float, decay_embeddings: bool) -> list[dict]:
@@ -117,7 +121,7 @@ def build_loss(stage: StageConfig) -> JointLoss:
     """The stage's loss: cosine InfoNCE for a dense model, SPLADE's dot product + FLOPS for a sparse one."""
     flops = (stage.flops_query, stage.flops_document) if stage.model_kind == "sparse" else None
     matryoshka = (stage.matryoshka_dims, stage.matryoshka_weights) if stage.matryoshka_dims else None
-    return JointLoss(stage.alpha, stage.scale, stage.symmetric, flops, matryoshka)
+    return JointLoss(stage.alpha, stage.scale, stage.symmetric, flops, matryoshka, stage.objective)
 
 
 def check_matryoshka(stage: StageConfig, model: DualEncoder, input_model: str) -> None:

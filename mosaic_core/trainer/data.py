@@ -19,6 +19,11 @@ EXAMPLES = pa.schema([pa.field("query", pa.large_string()), pa.field("document",
                       pa.field("negatives", pa.list_(pa.int64()))])
 """The columns of an examples table (storage writes files of this layout)."""
 
+MARGINS = pa.field("margins", pa.list_(pa.float32()))
+"""An examples table's optional fourth column: per row, a teacher's margin for each of its
+``negatives``, in their order (its score of the query with the row's document minus its score
+with the negative's): MarginMSE's labels."""
+
 _COUNT_BLOCK = 65_536  # examples whose negatives are read at once when counting them
 
 
@@ -32,7 +37,8 @@ class PairSet:
     Example ``i`` is table row ``rows[i]`` (default: every row with a query, in table order); a
     subset is another row array over the same table, no text copied. ``skip`` (bool per table
     row) marks documents that may not serve as negatives: the held-out ones. The table may be
-    memory-mapped from disk: texts are read one example at a time, by :meth:`example`."""
+    memory-mapped from disk: texts are read one example at a time, by :meth:`example`. A table
+    with a :data:`MARGINS` column also has the teacher's margins of the negatives (:meth:`margins`)."""
 
     def __init__(self, table: pa.Table, rows: np.ndarray | None = None, skip: np.ndarray | None = None):
         missing = [c for c in EXAMPLES.names if c not in table.column_names]
@@ -44,6 +50,12 @@ class PairSet:
                      else np.asarray(rows, dtype=np.int64))
         self.has_negatives = bool(pc.sum(pc.list_value_length(self._negatives)).as_py())
         """Whether any row of the table has a hard negative (held-out ones included)."""
+        self._margins = table.column(MARGINS.name) if MARGINS.name in table.column_names else None
+
+    @property
+    def has_margins(self) -> bool:
+        """Whether the table carries a teacher's margins of its negatives."""
+        return self._margins is not None
 
     @classmethod
     def of(cls, data: PairSet | Sequence[Sequence[str]]) -> PairSet:
@@ -82,6 +94,15 @@ class PairSet:
         refs = self._negatives[row].as_py()
         negatives = (self._document[n].as_py() for n in refs if self.skip is None or not self.skip[n])
         return (self._query[row].as_py(), self._document[row].as_py(), *negatives)
+
+    def margins(self, i: int) -> list[float]:
+        """The teacher's margins of the hard negatives :meth:`example` gives for example ``i``, in
+        their order (the skipped ones left out alike)."""
+        if self._margins is None:
+            raise ValueError("these examples carry no teacher margins (no margins column)")
+        row = int(self.rows[i])
+        pairs = zip(self._negatives[row].as_py(), self._margins[row].as_py(), strict=True)
+        return [m for n, m in pairs if self.skip is None or not self.skip[n]]
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PairSet:
         """Examples ``indices`` of this set, in that order, over the same table."""

@@ -101,7 +101,8 @@ def joint_backward(
         neg_rng: list = []
         n_all = (_embed_chunks(unwrap(model), batch["neg_ids"], batch["neg_mask"], neg_spans, neg_rng)
                  if negatives else None)
-    retrieval = loss_fn(q_all, d_all, None, n_all)  # every term but the MLM's is a function of the embeddings
+    # every term but the MLM's is a function of the embeddings
+    retrieval = loss_fn(q_all, d_all, None, n_all, _margins(batch))
     retrieval["total"].backward()
     mlm_total = retrieval["total"].new_zeros(())
     passes = len(spans) + len(neg_spans)
@@ -127,6 +128,11 @@ def joint_backward(
     return {**terms, "mlm": mlm_total, "total": retrieval["total"].detach() + loss_fn.alpha * mlm_total}
 
 
+def _margins(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(owner, teacher margin) of each hard negative, when the batch has them (MarginMSE)."""
+    return (batch["neg_owner"], batch["neg_margin"]) if "neg_margin" in batch else None
+
+
 def _plain_backward(model: Model, batch: dict[str, torch.Tensor], loss_fn: JointLoss, labels: torch.Tensor | None,
                     domain_ids: torch.Tensor | None, sync: bool) -> Losses:
     """The whole batch in one forward and one backward pass."""
@@ -135,7 +141,7 @@ def _plain_backward(model: Model, batch: dict[str, torch.Tensor], loss_fn: Joint
         texts["negatives"] = (batch["neg_ids"], batch["neg_mask"])
     with _sync(model, sync):
         out = model(texts, labels, domain_ids)
-        terms = loss_fn(out["query"], out["docs"], out.get("mlm"), out.get("negatives"))
+        terms = loss_fn(out["query"], out["docs"], out.get("mlm"), out.get("negatives"), _margins(batch))
         terms["total"].backward()
     return {k: v.detach() for k, v in terms.items()}
 

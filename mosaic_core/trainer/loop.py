@@ -109,8 +109,9 @@ class StepLoop:
         p = self.parts
         idx = p.plan.indices(g)
         mine = idx[p.rank * len(idx) // p.world:(p.rank + 1) * len(idx) // p.world]
-        batch = p.collate([self.data.example(i) for i in mine],
-                          torch.Generator().manual_seed(self.stage.seed * 1_000_003 + g * 1009 + p.rank))
+        margins = [self.data.margins(i) for i in mine] if self.stage.objective == "margin_mse" else None
+        masks = torch.Generator().manual_seed(self.stage.seed * 1_000_003 + g * 1009 + p.rank)
+        batch = p.collate([self.data.example(i) for i in mine], masks, margins=margins)
         return {k: v.pin_memory() for k, v in batch.items()} if p.device.type == "cuda" else batch
 
     def evaluate(self, state: TrainState) -> dict | None:

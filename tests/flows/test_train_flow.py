@@ -169,3 +169,34 @@ def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
     for model in ("base", "adapted"):
         (score,) = report["scores"][model]
         assert score["n"] == 8 and 0 <= score["value"] <= 1
+
+
+def test_a_margin_mse_stage_trains_on_its_teachers_margins_and_a_lost_label_file_is_labelled_again(inputs, tmp_path):
+    from builders import tiny_cross_encoder
+
+    from mosaic_core.data.query_gen import load_cross_encoder, score_pairs
+    from tasks.margins import with_margins
+
+    stage1, corpus = inputs
+    teacher = str(tiny_cross_encoder(tmp_path / "teacher"))
+    stage = StageConfig(name="gpl", kind="contrastive", batch_size=6, max_steps=2, lr=1e-3, precision="fp32",
+                        hard_negatives=1, objective="margin_mse", teacher=teacher)
+    (result,) = train_flow(stage1, corpus, TrainConfig(stages=(stage,), heldout_pairs=4), str(tmp_path / "run"))
+    assert result["final"]["margin_mse"] > 0 and "contrastive" not in result["final"]
+    labelled = tmp_path / "run" / "margins-gpl.arrow"
+    table = map_examples(labelled)
+    mined = map_examples(tmp_path / "run" / "hard_negatives-gpl.arrow")
+    assert table.select(["query", "document", "negatives"]).equals(mined.select(["query", "document", "negatives"]))
+    docs, ce = table.column("document").to_pylist(), load_cross_encoder(teacher)
+    rows = [(r["query"], r["document"], n, m) for r in table.to_pylist()
+            for n, m in zip(r["negatives"], r["margins"], strict=True)]
+    assert rows
+    pos = score_pairs(ce, [q for q, *_ in rows], [d for _, d, *_ in rows])
+    neg = score_pairs(ce, [q for q, *_ in rows], [docs[n] for _, _, n, _ in rows])
+    assert [m for *_, m in rows] == pytest.approx([p - n for p, n in zip(pos, neg, strict=True)], abs=1e-4)
+    assert max(abs(m) for *_, m in rows) > 0.1  # the teacher tells pairs apart
+    written = table.to_pylist()
+    labelled.write_bytes(labelled.read_bytes()[:100])  # a damaged label file is labelled again, not trusted
+    source = str(tmp_path / "run" / "hard_negatives-gpl.arrow")
+    args = (source, teacher, "query", "document", str(labelled), str(tmp_path / "run" / "examples"))
+    assert with_margins(*args) == str(labelled) and map_examples(labelled).to_pylist() == written

@@ -87,3 +87,22 @@ def test_set_replaces_any_field_by_its_dotted_path():
                         ({"train.nope": 1}, "Extra inputs are not permitted")):
         with pytest.raises(ValueError, match=error):
             PipelineConfig().overridden(sets)
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({}, "needs a teacher cross-encoder"),
+    ({"teacher": "ce", "hard_negatives": 0}, "set hard_negatives >= 1"),
+    ({"teacher": "ce", "model_kind": "sparse"}, "a sparse stage trains with infonce"),
+    ({"teacher": "ce", "matryoshka_dims": (8, 4)}, "Matryoshka prefixes train with infonce"),
+    ({"teacher": "ce", "symmetric": True}, "unset symmetric"),
+])
+def test_margin_mse_stages_refuse_what_they_cannot_train(fields, why):
+    from mosaic_core.config import StageConfig
+
+    with pytest.raises(ValidationError, match=why):
+        StageConfig(name="gpl", kind="contrastive", objective="margin_mse", **{"hard_negatives": 1, **fields})
+    with pytest.raises(ValidationError, match="set objective=margin_mse or unset teacher"):
+        StageConfig(name="c", kind="contrastive", teacher="ce")
+    stage = StageConfig(name="gpl", kind="contrastive", objective="margin_mse", teacher="ce", hard_negatives=1)
+    control = TrainConfig(stages=(stage,)).control().stages[0]
+    assert (control.objective, control.teacher) == ("margin_mse", "ce")  # the control trains the same recipe

@@ -4,7 +4,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mosaic_core.modeling.losses import IGNORE, JointLoss, domain_mlm_loss, full_mlm_loss, info_nce, mask_tokens
+from mosaic_core.modeling.losses import (
+    IGNORE,
+    JointLoss,
+    domain_mlm_loss,
+    full_mlm_loss,
+    info_nce,
+    margin_mse,
+    mask_tokens,
+)
 
 
 def naive_info_nce(q, d, scale, extra=None):
@@ -85,6 +93,38 @@ def test_joint_loss_components():
     assert JointLoss()(q, d, None)["mlm"].item() == 0.0
 
 
+def test_margin_mse_matches_naive_reference_and_is_zero_at_the_teachers_margins():
+    torch.manual_seed(0)
+    q, d, n = torch.randn(3, 8), torch.randn(3, 8), torch.randn(5, 8)
+    owner, teacher = torch.tensor([0, 0, 1, 2, 2]), torch.randn(5) * 4
+    cos = F.cosine_similarity
+    naive = sum((20.0 * (cos(q[o], d[o], 0) - cos(q[o], n[j], 0)) - teacher[j]) ** 2
+                for j, o in enumerate(owner.tolist())) / 5
+    assert margin_mse(q, d, n, owner, teacher, scale=20.0).item() == pytest.approx(naive.item(), rel=1e-5)
+    student = torch.stack([20.0 * (cos(q[o], d[o], 0) - cos(q[o], n[j], 0)) for j, o in enumerate(owner.tolist())])
+    assert margin_mse(q, d, n, owner, student, scale=20.0).item() == pytest.approx(0.0, abs=1e-9)
+    # gradient pulls the student's margin toward the teacher's: a larger teacher margin raises cos(q, d)
+    qq = q.clone().requires_grad_()
+    margin_mse(qq, d, n[:1], owner[:1], student[:1] + 5.0, scale=20.0).backward()
+    step = (qq - 1e-3 * qq.grad).detach()
+    assert (cos(step[0], d[0], 0) - cos(step[0], n[0], 0)) > (cos(q[0], d[0], 0) - cos(q[0], n[0], 0))
+
+
+def test_joint_loss_with_margin_mse_has_its_own_term_and_zero_without_negatives():
+    q, d, n = torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 8)
+    margins = (torch.tensor([0, 1]), torch.tensor([3.0, -1.0]))
+    loss = JointLoss(alpha=0.5, scale=10.0, objective="margin_mse")
+    out = loss(q, d, torch.tensor(2.0), n, margins)
+    assert set(out) == {"total", "mlm", "margin_mse"}
+    assert out["margin_mse"].item() == pytest.approx(margin_mse(q, d, n, *margins, 10.0).item())
+    assert out["total"].item() == pytest.approx(1.0 + out["margin_mse"].item())
+    assert loss(q, d, None)["margin_mse"].item() == 0.0  # a batch with no negative distils nothing
+    with pytest.raises(ValueError, match="teacher's margin"):
+        loss(q, d, None, n)
+    with pytest.raises(ValueError, match="no sparse or Matryoshka"):
+        JointLoss(matryoshka=((8, 4), None), objective="margin_mse")
+
+
 def test_every_display_of_the_losses_reads_the_declared_terms():
     # The stage table shows each term some stage of the run recorded (the SPLADE `flops` term
     # included), and no column for a term no stage computed.
@@ -106,3 +146,5 @@ def test_every_display_of_the_losses_reads_the_declared_terms():
     assert loss_terms(StageConfig(name="s", kind="joint", model_kind="sparse")) == ["mlm", "contrastive", "flops"]
     assert loss_terms(StageConfig(name="w", kind="mlm")) == ["mlm"]
     assert set(loss_terms(StageConfig(name="c", kind="contrastive"))) <= set(LOSS_TERMS)
+    assert loss_terms(StageConfig(name="g", kind="joint", objective="margin_mse", teacher="ce",
+                                  hard_negatives=1)) == ["mlm", "margin_mse"]

@@ -88,8 +88,8 @@ def test_a_stage_trains_with_its_prompts_and_its_model_declares_them(prompted, t
     seen = []
     original = PairCollator.__call__
 
-    def spy(self, batch, generator=None):
-        out = original(self, batch, generator)
+    def spy(self, batch, generator=None, margins=None):
+        out = original(self, batch, generator, margins)
         seen.extend(self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out["query_ids"])
         return out
     PairCollator.__call__ = spy

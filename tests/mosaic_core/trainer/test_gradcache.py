@@ -94,3 +94,34 @@ def test_gradient_cache_with_hard_negatives_equals_big_batch(tmp_path, chunk):
         if p.grad is not None:
             torch.testing.assert_close(p.grad, dict(ref_model.named_parameters())[name].grad, rtol=1e-4, atol=1e-6,
                                        msg=name)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 6])
+def test_gradient_cache_with_margin_mse_equals_big_batch(tmp_path, chunk):
+    path = tiny_bert(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(path)
+    negatives = ["a patient in a cell", "q q q", "with the cells"]
+    # pair i has i % 3 negatives (none, one, two): owners follow the items, margins are sliced alike
+    examples = [(q, d, *negatives[:i % 3]) for i, (q, d) in enumerate(PAIRS)]
+    margins = [[float(i) + 0.5 * j for j in range(i % 3)] for i in range(len(PAIRS))]
+    batch = PairCollator(tok, None, negatives=1)(examples, margins=margins)
+    assert batch["neg_owner"].tolist() == [1, 2, 4, 5]
+    assert batch["neg_margin"].tolist() == [1.0, 2.0, 4.0, 5.0]
+    with pytest.raises(ValueError, match="one per hard negative"):
+        PairCollator(tok, None, negatives=1)(examples, margins=[[]] * len(PAIRS))
+    loss_fn = JointLoss(alpha=0.0, scale=20.0, objective="margin_mse")
+    ref_model, _ = build_model(str(path))
+    ref_model.eval()
+    q, d = (ref_model.embed(batch[f"{k}_ids"], batch[f"{k}_mask"]) for k in ("query", "doc"))
+    ref_out = loss_fn(q, d, None, ref_model.embed(batch["neg_ids"], batch["neg_mask"]),
+                      (batch["neg_owner"], batch["neg_margin"]))
+    ref_out["total"].backward()
+    model, _ = build_model(str(path))
+    model.eval()
+    out = joint_backward(model, batch, loss_fn, None, chunk_size=chunk, use_mlm=False)
+    assert float(out["margin_mse"]) == pytest.approx(ref_out["margin_mse"].item(), rel=1e-5)
+    assert "contrastive" not in out
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, dict(ref_model.named_parameters())[name].grad, rtol=1e-4, atol=1e-6,
+                                       msg=name)

@@ -85,6 +85,14 @@ def test_negatives_are_row_references_and_a_subset_copies_no_text():
     assert sub.table is data.table and sub.rows.tolist() == [5, 2] and sub.example(1) == rows[2]
     skipped = sub.skipping(np.isin(np.arange(data.table.num_rows), [3]))  # row 3's document held out
     assert skipped.example(1) == (*rows[2][:2], *rows[2][3:])
+    assert not data.has_margins
+    refs = data.table.column("negatives").to_pylist()
+    labelled = PairSet(data.table.append_column("margins", pa.array(
+        [[10.0 * r + j for j in range(len(n))] for r, n in enumerate(refs)], pa.list_(pa.float32()))))
+    assert labelled.has_margins and labelled.margins(2) == [20.0 + j for j in range(len(refs[2]))]
+    held_out = labelled.subset(np.array([5, 2])).skipping(np.isin(np.arange(data.table.num_rows), [3]))
+    kept = [j for j, n in enumerate(refs[2]) if n != 3]  # the margins of the negatives example() still gives
+    assert held_out.margins(1) == [20.0 + j for j in kept] and len(kept) == len(held_out.example(1)) - 2
 
 
 def test_a_pair_set_reads_a_memory_mapped_table_without_allocating(tmp_path):

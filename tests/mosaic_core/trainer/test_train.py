@@ -225,6 +225,14 @@ def test_domain_masking_needs_stage1_output(tmp_path, caplog):
     assert "no MLM head: stage joint trains the head's transform from scratch" in caplog.text
 
 
+def test_a_margin_mse_stage_needs_examples_with_teacher_margins(tmp_path):
+    base = tiny_bert(tmp_path / "base")
+    with_negatives = [(q, d, PAIRS[(i + 1) % len(PAIRS)][1]) for i, (q, d) in enumerate(PAIRS)]
+    gpl = stage(kind="contrastive", max_steps=1, hard_negatives=1, objective="margin_mse", teacher="ce")
+    with pytest.raises(StageInputError, match="carry no teacher margins"):
+        train_stage(str(base), with_negatives, gpl, tmp_path / "out", hooks=quiet())
+
+
 def test_batch_plan_is_a_function_of_seed_and_step():
     plan = BatchPlan(10, 4, seed=1)
     first_epoch = [plan.indices(g) for g in range(2)]
