@@ -12,7 +12,6 @@ from mosaic_core.modeling.losses import LOSS_TERMS
 from storage.lock import root_lock
 from tasks.margins import with_margins
 from tasks.negatives import with_hard_negatives
-from tasks.results import recorded_beside
 from tasks.tracking import end_run, log_stage, start_run
 from tasks.train import default_processes, merge_task, train_stage_task, with_warmup
 
@@ -77,7 +76,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
             if stage.hard_negatives:  # mined once per source (a no-op for one that carries them)
                 key = (source, *cfg.columns_for(stage))
                 if key not in mined:
-                    mined[key] = recorded_beside(with_hard_negatives, out_root)(
+                    mined[key] = with_hard_negatives(
                         source, input_model, *cfg.columns_for(stage), stage.hard_negatives,
                         (stage.query_max_length, stage.document_max_length),
                         str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,

@@ -119,15 +119,20 @@ def read_blocks(path: Path, rows: int) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
-def labelled(path: Path) -> bool:
-    """Whether ``path`` is a whole examples file with a teacher's margins (:data:`LABELLED`): False
-    for a missing, damaged or unlabelled one."""
+def whole(path: Path, schema: pa.Schema = SCHEMA) -> bool:
+    """Whether ``path`` is a whole examples file of ``schema``'s columns (:data:`SCHEMA`, or
+    :data:`LABELLED` for one with a teacher's margins): False for a missing, damaged or other one."""
     try:
         with pa.OSFile(str(path)) as fh:
-            schema = pa.ipc.open_file(fh).schema
+            found = pa.ipc.open_file(fh).schema
     except (pa.ArrowInvalid, OSError):
         return False
-    return _FORMAT in (schema.metadata or {}) and schema.names == LABELLED.names
+    return _FORMAT in (found.metadata or {}) and found.names == schema.names
+
+
+def labelled(path: Path) -> bool:
+    """Whether ``path`` is a whole examples file with a teacher's margins."""
+    return whole(path, LABELLED)
 
 
 def skipped_rows(path: Path) -> int:

@@ -1,5 +1,7 @@
 """Prefect task: hard negatives for pairs that have none, mined with the consistency filter's own
-search (:func:`mosaic_core.data.consistency.consistency_filter`), one chunk at a time."""
+search (:func:`mosaic_core.data.consistency.consistency_filter`), one chunk at a time. The cached
+record is used only while the mined file it names is whole on disk, so a deleted or damaged file
+is mined again."""
 
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.trainer import PairSet
 from mosaic_core.trainer.heldout import text_hashes
 from mosaic_core.versioning import code_version
-from storage.examples import examples_file, map_examples, read_blocks, skipped_rows, write_examples
+from storage.examples import examples_file, map_examples, read_blocks, skipped_rows, whole, write_examples
 from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
-from tasks.results import SERIALIZER, json_only
+from tasks.results import SERIALIZER, json_only, results_beside, verified
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(consistency, encode)
@@ -46,6 +48,13 @@ def _mine_key(context: TaskRunContext, p: dict) -> str:
                      p.get("rule", consistency.DEFAULT_RULE).model_dump_json())
 
 
+def _mined_output(p: dict) -> tuple[Path | None, bool]:
+    # A source carrying its own negatives writes no file: the task then runs again, which costs a
+    # look at its (cached) examples file.
+    return results_beside(p["out_path"]), whole(Path(p["out_path"]))
+
+
+@verified(_mined_output)
 @task(name="hard-negatives", cache_key_fn=_mine_key, persist_result=True, result_serializer=SERIALIZER, retries=0)
 def with_hard_negatives(pairs_source: str, model: str, query_column: str, document_column: str, negatives: int,
                         lengths: tuple[int, int], out_path: str, examples_dir: str, prompts: dict | None = None,

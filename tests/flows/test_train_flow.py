@@ -141,6 +141,12 @@ def test_a_stage_with_its_own_pairs_and_columns_and_mined_hard_negatives(inputs,
     assert mined.column("negatives").to_pylist() == expected and any(expected)
     assert not (tmp_path / "run" / "hard_negatives-general.arrow").exists()  # the general file brought its own
     assert not list((tmp_path / "run").glob("*.embeddings"))  # the chunk's embedding files are removed
+    written = mined.to_pylist()
+    del mined
+    path = tmp_path / "run" / "hard_negatives-domain.arrow"
+    path.write_bytes(path.read_bytes()[:200])  # damaged: the rerun mines again instead of trusting its record
+    again = train_flow(stage1, corpus, cfg, str(tmp_path / "run"))
+    assert map_examples(path).to_pylist() == written and [r["steps"] for r in again] == [2, 2]
 
 
 def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
