@@ -90,6 +90,14 @@ def _model(name: str) -> str:
     return name
 
 
+def check_teachers(stages) -> None:
+    """Each margin_mse stage's teacher: loadable, and a cross-encoder of one label (before any flow starts)."""
+    from mosaic_core.modeling.refs import check_cross_encoder
+
+    for teacher in sorted({s.teacher for s in stages if s.teacher is not None}):
+        check_cross_encoder(teacher, "teacher")
+
+
 def parse_sets(items: list[str]) -> dict[str, object]:
     """``--set a.b=value`` items as {dotted path: value read as YAML (3, 0.5, true, [a, b], null)}."""
     import yaml

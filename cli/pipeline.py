@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wait, _folder, _model, _run, app,
-                        console, out_console, parse_sets, prompts_option, raised)
+                        check_teachers, console, out_console, parse_sets, prompts_option, raised)
 from cli.data import _print_stats
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
@@ -101,8 +101,7 @@ def _check_inputs(cfg, config: Path | None) -> None:
 
     _model(cfg.base_model)
     _model(cfg.filter.model)
-    for teacher in {s.teacher for s in cfg.train.stages if s.teacher is not None}:
-        _model(teacher)
+    check_teachers(cfg.train.stages)
     for name, path in cfg.source.inputs().items():
         if not Path(path).is_file():
             raise InputProblem(f"source.{name} of {config}: no file {path} (paths are relative to the "

@@ -8,7 +8,18 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from cli.common import DocumentPrompt, QueryPrompt, Wait, _folder, _model, _run, app, prompts_option, out_console
+from cli.common import (
+    DocumentPrompt,
+    QueryPrompt,
+    Wait,
+    _folder,
+    _model,
+    _run,
+    app,
+    check_teachers,
+    out_console,
+    prompts_option,
+)
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from mosaic_core.config import StageConfig, TrainConfig
 
@@ -95,8 +106,7 @@ def train(
     from storage.pairs_io import check_pairs_source
 
     check_pairs_source(pairs, (query_column, document_column), "--pairs")
-    for teacher in {s.teacher for s in cfg.stages if s.teacher is not None}:
-        _model(teacher)
+    check_teachers(cfg.stages)
     out_root = _folder(out, "--out")
     tracking = mlflow_tracking(mlflow_uri)
     results = _run("flows.train:train_flow", _model(model), pairs, cfg, out_root, processes, tracking,

@@ -119,20 +119,18 @@ def read_blocks(path: Path, rows: int) -> Iterator[pa.Table]:
         yield pa.Table.from_batches(pending)
 
 
-def whole(path: Path, schema: pa.Schema = SCHEMA) -> bool:
+def whole(path: Path, schema: pa.Schema = SCHEMA, fingerprint: str | None = None) -> bool:
     """Whether ``path`` is a whole examples file of ``schema``'s columns (:data:`SCHEMA`, or
-    :data:`LABELLED` for one with a teacher's margins): False for a missing, damaged or other one."""
+    :data:`LABELLED` for one with a teacher's margins) written from ``fingerprint`` (what
+    :func:`write_examples` was given; None: any): False for a missing, damaged or other one."""
     try:
         with pa.OSFile(str(path)) as fh:
             found = pa.ipc.open_file(fh).schema
     except (pa.ArrowInvalid, OSError):
         return False
-    return _FORMAT in (found.metadata or {}) and found.names == schema.names
-
-
-def labelled(path: Path) -> bool:
-    """Whether ``path`` is a whole examples file with a teacher's margins."""
-    return whole(path, LABELLED)
+    meta = found.metadata or {}
+    return (_FORMAT in meta and found.names == schema.names
+            and (fingerprint is None or meta.get(_FINGERPRINT) == fingerprint.encode()))
 
 
 def skipped_rows(path: Path) -> int:

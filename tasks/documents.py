@@ -20,7 +20,7 @@ from prefect.context import TaskRunContext
 from mosaic_core.config import PipelineConfig
 from mosaic_core.config_documents import DocumentsConfig
 from mosaic_core.data.documents import BuildStats, Pair, document_pairs
-from mosaic_core.modeling.refs import check_model, resolve_model
+from mosaic_core.modeling.refs import check_cross_encoder, check_model, resolve_model
 from mosaic_core.versioning import code_version
 from storage.documents import DocumentStats, check_documents, iter_documents, write_pairs
 from storage.layout import DataLayout
@@ -36,9 +36,10 @@ def check_documents_at_hand(source: DocumentsConfig, cfg: PipelineConfig) -> Non
     """What is wrong with a documents source, found before a run starts: its files (readable, the
     text column in each structured one) and its models (a generator, a cross-encoder)."""
     check_documents(source.path, source.text_column)
-    for model in (source.generator, source.cross_encoder):
-        if model is not None:
-            check_model(model)
+    if source.generator is not None:
+        check_model(source.generator)
+    if source.cross_encoder is not None:
+        check_cross_encoder(source.cross_encoder)
 
 
 def _stamp(path: Path) -> dict:

@@ -1,7 +1,7 @@
 """Prefect task: hard negatives for pairs that have none, mined with the consistency filter's own
 search (:func:`mosaic_core.data.consistency.consistency_filter`), one chunk at a time. The cached
-record is used only while the mined file it names is whole on disk, so a deleted or damaged file
-is mined again."""
+record is used only while the mined file it names is whole on disk and was mined for the same
+source and settings, so a deleted, damaged or overwritten file is mined again."""
 
 from __future__ import annotations
 
@@ -40,18 +40,24 @@ ENCODE_BLOCK = 10_000
 """Pairs read and encoded at a time (a divisor of :data:`MINE_CHUNK`: a chunk is whole blocks)."""
 
 
+def _identity(p: dict) -> str:
+    """What a mined file is made of (source, model, lengths, rule, code): its cache key, and the
+    fingerprint written into it, so a file mined since for other settings is not taken."""
+    return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
+                     p["query_column"], p["document_column"], str(p["negatives"]), str(tuple(p["lengths"])),
+                     CODE_VERSION, str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True),
+                     (p.get("rule") or consistency.DEFAULT_RULE).model_dump_json())
+
+
 @json_only
 def _mine_key(context: TaskRunContext, p: dict) -> str:
-    return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
-                     p["query_column"], p["document_column"], str(p["negatives"]), str(p["lengths"]), CODE_VERSION,
-                     str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True),
-                     p.get("rule", consistency.DEFAULT_RULE).model_dump_json())
+    return _identity(p)
 
 
 def _mined_output(p: dict) -> tuple[Path | None, bool]:
     # A source carrying its own negatives writes no file: the task then runs again, which costs a
     # look at its (cached) examples file.
-    return results_beside(p["out_path"]), whole(Path(p["out_path"]))
+    return results_beside(p["out_path"]), whole(Path(p["out_path"]), fingerprint=_identity(p))
 
 
 @verified(_mined_output)
@@ -83,8 +89,11 @@ def with_hard_negatives(pairs_source: str, model: str, query_column: str, docume
     try:
         with tqdm(total=table.num_rows, desc="mine", unit="pair") as bar:
             rejected: Counter = Counter()
+            identity = _identity({"pairs_source": pairs_source, "model": model, "query_column": query_column,
+                                  "document_column": document_column, "negatives": negatives, "lengths": lengths,
+                                  "out_path": out_path, "prompts": prompts, "rule": rule})
             rows = write_examples(out, _mined(source, table.num_rows, enc, lengths, negatives, work, bar, rule,
-                                              rejected), skipped_rows(source))
+                                              rejected), skipped_rows(source), identity)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     found = PairSet(map_examples(out)).negatives_per_pair()

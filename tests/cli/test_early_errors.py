@@ -70,3 +70,15 @@ def test_a_wrong_set_is_reported_before_any_server_starts(tmp_path):
     assert "--set" in said and "train.heldout_pairs" in " ".join(said.split())
     outcome, said = _mosaic("run", "--data-root", str(tmp_path / "root"), "--set", "train.heldout_pairs")
     assert outcome["code"] == 2 and "expected a dotted field and a value" in said
+
+
+def test_a_teacher_that_is_no_cross_encoder_is_reported_before_any_server_starts(tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"q {i}", "document": f"document {i}"}) + "\n" for i in range(8)))
+    teacher = tmp_path / "classifier"
+    teacher.mkdir()
+    (teacher / "config.json").write_text(json.dumps({"model_type": "bert", "id2label": {"0": "no", "1": "yes"}}))
+    outcome, said = _mosaic("train", "--model", "offline:all-MiniLM-L6-v2", "--pairs", str(pairs), "--out",
+                            str(tmp_path / "out"), "--set", "objective=margin_mse", "--set", f"teacher={teacher}")
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "a model of 2 labels; a cross-encoder scoring relevance has one" in said

@@ -177,7 +177,8 @@ def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
         assert score["n"] == 8 and 0 <= score["value"] <= 1
 
 
-def test_a_margin_mse_stage_trains_on_its_teachers_margins_and_a_lost_label_file_is_labelled_again(inputs, tmp_path):
+def test_a_margin_mse_stage_trains_on_its_teachers_margins_and_a_lost_label_file_is_labelled_again(inputs,
+                                                                                                   tmp_path):
     from builders import tiny_cross_encoder
 
     from mosaic_core.data.query_gen import load_cross_encoder, score_pairs
@@ -206,3 +207,12 @@ def test_a_margin_mse_stage_trains_on_its_teachers_margins_and_a_lost_label_file
     source = str(tmp_path / "run" / "hard_negatives-gpl.arrow")
     args = (source, teacher, "query", "document", str(labelled), str(tmp_path / "run" / "examples"))
     assert with_margins(*args) == str(labelled) and map_examples(labelled).to_pylist() == written
+    # another teacher overwrites the file; back to the first, its cache record must not take that file
+    other = str(tiny_cross_encoder(tmp_path / "other", seed=2))
+    with_margins(source, other, *args[2:])
+    assert map_examples(labelled).column("margins").to_pylist() != [r["margins"] for r in written]
+    assert with_margins(*args) == str(labelled) and map_examples(labelled).to_pylist() == written
+    # an already labelled source is labelled again by the stage's teacher, never taken as it is
+    relabelled = tmp_path / "relabelled.arrow"
+    with_margins(str(labelled), other, "query", "document", str(relabelled), str(tmp_path / "run" / "examples"))
+    assert map_examples(relabelled).column("margins").to_pylist() != [r["margins"] for r in written]

@@ -11,7 +11,16 @@ import pytest
 
 from mosaic_core.trainer import PairSet
 from storage import schemas
-from storage.examples import examples_file, map_examples, read_blocks, skipped_rows
+from storage.examples import (
+    LABELLED,
+    SCHEMA,
+    examples_file,
+    map_examples,
+    read_blocks,
+    skipped_rows,
+    whole,
+    write_examples,
+)
 from storage.layout import DataLayout
 from storage.manifest import Manifest, write_manifest
 from storage.pairs_io import CorpusError
@@ -132,3 +141,17 @@ def test_a_filtered_data_roots_corpus_texts_stream_its_kept_pairs_in_order(tmp_p
 
     root = filtered_root(tmp_path / "root")
     assert list(iter_corpus_texts(str(root))) == ["qa10", "da10", "qa2", "da2", "qb1", "db1"]  # stage 1's corpus
+
+
+def test_a_whole_examples_file_is_one_of_its_columns_written_from_its_fingerprint(tmp_path):
+    rows = {"query": ["q"], "document": ["d"], "negatives": [[0]]}
+    plain, labelled = tmp_path / "plain.arrow", tmp_path / "labelled.arrow"
+    write_examples(plain, pa.table(rows, schema=SCHEMA).to_batches(), fingerprint="mined-a")
+    write_examples(labelled, pa.table({**rows, "margins": [[1.5]]}, schema=LABELLED).to_batches(),
+                   fingerprint="labels-a", schema=LABELLED)
+    assert whole(plain) and whole(plain, fingerprint="mined-a") and not whole(plain, fingerprint="mined-b")
+    assert whole(labelled, LABELLED, "labels-a") and not whole(plain, LABELLED) and not whole(labelled)
+    assert map_examples(labelled).column("margins").to_pylist() == [[1.5]]
+    plain.write_bytes(plain.read_bytes()[:64])  # cut short
+    assert not whole(plain) and not whole(tmp_path / "missing.arrow")
+

@@ -142,3 +142,15 @@ def test_models_that_cannot_serve_are_errors_saying_what_to_pass(models_dir, tmp
     (tmp_path / "empty").mkdir()
     with pytest.raises(UnusableModel, match="generator .*empty' cannot be loaded .*pass a local model folder"):
         load_generator(str(tmp_path / "empty"))
+
+
+def test_a_cross_encoder_of_other_than_one_label_is_refused_from_its_config_alone(models_dir, tmp_path):
+    from mosaic_core.modeling.refs import ModelNotFound, check_cross_encoder
+
+    assert check_cross_encoder(str(models_dir / "ce1"), "teacher") == str(models_dir / "ce1")
+    (tmp_path / "config-only").mkdir()
+    (tmp_path / "config-only" / "config.json").write_text((models_dir / "ce2" / "config.json").read_text())
+    with pytest.raises(ModelNotFound, match="teacher .*config-only: a model of 2 labels"):
+        check_cross_encoder(str(tmp_path / "config-only"), "teacher")  # no weights read
+    with pytest.raises(ModelNotFound, match="not a model"):
+        check_cross_encoder(str(tmp_path), "teacher")
