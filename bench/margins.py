@@ -78,9 +78,11 @@ def main() -> None:
                                    str(work / "mined.arrow"), str(work / "examples"))
     mining = time.perf_counter() - started
     started = time.perf_counter()
-    out = with_margins.fn(mined, teacher, "query", "document", str(work / "margins.arrow"), str(work / "examples"))
+    out = with_margins.fn(mined, teacher, "query", "document", 1, (0, 0), str(work / "margins.arrow"),
+                          str(work / "examples"))
     labelling = time.perf_counter() - started
     margins = pc.list_flatten(map_examples(Path(out)).column("margins")).to_numpy()
+    margins = margins[~np.isnan(margins)]
     scored = len(margins) + int(pc.sum(pc.greater(pc.list_value_length(map_examples(Path(out)).column("margins")),
                                                   0)).as_py())
     print(f"mining: {mining:.0f} s; labelling: {labelling:.0f} s for {scored:,} scored pairs ({len(margins):,} "

@@ -82,10 +82,12 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                         str(Path(out_root) / f"hard_negatives-{stage.name}.arrow"), examples,
                         stage.prompts.model_dump() if stage.prompts else None, cfg.negative_rule)
                 source = mined[key]
-            if stage.objective == "margin_mse":  # labelled once per source and teacher
-                key = (source, stage.teacher, *cfg.columns_for(stage))
+            if stage.objective == "margin_mse":  # labelled once per source, teacher and negatives trained on
+                held_out = (cfg.heldout_pairs, cfg.validation_pairs)
+                key = (source, stage.teacher, *cfg.columns_for(stage), stage.hard_negatives)
                 if key not in labelled:
                     labelled[key] = with_margins(source, stage.teacher, *cfg.columns_for(stage),
+                                                 stage.hard_negatives, held_out,
                                                  str(Path(out_root) / f"margins-{stage.name}.arrow"), examples)
                 source = labelled[key]
             results.append(train_stage_task(model, source, stage, cfg, out, examples,

@@ -237,6 +237,9 @@ class PairCollator:
                 kept = [m[:self.negatives] for m in margins]
                 out["neg_owner"] = torch.tensor([i for i, m in enumerate(kept) for _ in m], dtype=torch.long)
                 out["neg_margin"] = torch.tensor([x for m in kept for x in m], dtype=torch.float32)
+                if out["neg_margin"].isnan().any():
+                    raise ValueError("a hard negative without a teacher margin (NaN): its labels were made for "
+                                     "another split or number of hard negatives; label the examples again")
         return out
 
 

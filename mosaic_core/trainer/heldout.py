@@ -185,6 +185,24 @@ def heldout_split(batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, 
     return [texts[r] for r in chosen], [texts[r][1] for r in distractors], len(hashes.pairs)
 
 
+def _training(data: PairSet, hashes: ContentHashes, n_test: int, n_validation: int) -> tuple[PairSet, Split]:
+    """(the training examples of ``data``, the test and validation pairs held out and their
+    documents skipped as negatives; the split)."""
+    split = split_by_hash(hashes.pairs[data.rows], n_test, n_validation)
+    train = data.subset(split.train)
+    if data.has_negatives:
+        held = hashes.documents[data.rows[np.concatenate([split.validation, split.test])]]
+        train = train.skipping(np.isin(hashes.documents, held))
+    return train, split
+
+
+def training_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int,
+                      n_validation: int) -> PairSet:
+    """The training examples :func:`split_examples` gives (the same rows, the same negatives
+    skipped), without reading the validation probe's texts."""
+    return _training(data, ContentHashes.of(batches()), n_test, n_validation)[0]
+
+
 def split_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, n_validation: int,
                    pool: int) -> tuple[PairSet, RetrievalProbe | None]:
     """(training examples, validation retrieval) of ``data``, the examples of a whole table;
@@ -194,11 +212,7 @@ def split_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]
     content hash); the validation queries retrieve over their documents and ``pool`` training
     documents (:func:`retrieval_data`). Memory: two ``uint64`` per table row and the probe's texts."""
     hashes = ContentHashes.of(batches())
-    split = split_by_hash(hashes.pairs[data.rows], n_test, n_validation)
-    train = data.subset(split.train)
-    if data.has_negatives:
-        held = hashes.documents[data.rows[np.concatenate([split.validation, split.test])]]
-        train = train.skipping(np.isin(hashes.documents, held))
+    train, split = _training(data, hashes, n_test, n_validation)
     if not len(split.validation):
         return train, None
     validation = data.rows[split.validation]

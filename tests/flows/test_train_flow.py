@@ -177,42 +177,60 @@ def test_a_sparse_run_on_real_pairs_trains_saves_and_scores_as_splade(tmp_path):
         assert score["n"] == 8 and 0 <= score["value"] <= 1
 
 
-def test_a_margin_mse_stage_trains_on_its_teachers_margins_and_a_lost_label_file_is_labelled_again(inputs,
-                                                                                                   tmp_path):
+def test_a_margin_mse_stage_trains_on_its_teachers_margins_of_the_negatives_it_uses(inputs, tmp_path):
+    import math
+
+    import numpy as np
     from builders import tiny_cross_encoder
 
     from mosaic_core.data.query_gen import load_cross_encoder, score_pairs
+    from mosaic_core.trainer import PairSet
+    from mosaic_core.trainer.heldout import training_examples
+    from storage.examples import read_batches
     from tasks.margins import with_margins
 
-    stage1, corpus = inputs
+    stage1, _ = inputs
+    corpus = tmp_path / "pairs.jsonl"  # two negatives a pair, other pairs' documents: some are held out
+    corpus.write_text("".join(json.dumps({**p, "negative": PAIRS[(i + 1) % len(PAIRS)]["document"],
+                                          "negative_2": PAIRS[(i + 5) % len(PAIRS)]["document"]}) + "\n"
+                              for i, p in enumerate(PAIRS)))
     teacher = str(tiny_cross_encoder(tmp_path / "teacher"))
     stage = StageConfig(name="gpl", kind="contrastive", batch_size=6, max_steps=2, lr=1e-3, precision="fp32",
                         hard_negatives=1, objective="margin_mse", teacher=teacher)
-    (result,) = train_flow(stage1, corpus, TrainConfig(stages=(stage,), heldout_pairs=4), str(tmp_path / "run"))
+    cfg = TrainConfig(stages=(stage,), heldout_pairs=4)
+    (result,) = train_flow(stage1, str(corpus), cfg, str(tmp_path / "run"))
     assert result["final"]["margin_mse"] > 0 and "contrastive" not in result["final"]
     labelled = tmp_path / "run" / "margins-gpl.arrow"
     table = map_examples(labelled)
-    mined = map_examples(tmp_path / "run" / "hard_negatives-gpl.arrow")
-    assert table.select(["query", "document", "negatives"]).equals(mined.select(["query", "document", "negatives"]))
-    docs, ce = table.column("document").to_pylist(), load_cross_encoder(teacher)
-    rows = [(r["query"], r["document"], n, m) for r in table.to_pylist()
-            for n, m in zip(r["negatives"], r["margins"], strict=True)]
-    assert rows
-    pos = score_pairs(ce, [q for q, *_ in rows], [d for _, d, *_ in rows])
-    neg = score_pairs(ce, [q for q, *_ in rows], [docs[n] for _, _, n, _ in rows])
-    assert [m for *_, m in rows] == pytest.approx([p - n for p, n in zip(pos, neg, strict=True)], abs=1e-4)
-    assert max(abs(m) for *_, m in rows) > 0.1  # the teacher tells pairs apart
-    written = table.to_pylist()
+    train = training_examples(PairSet(table), lambda: read_batches(labelled), cfg.heldout_pairs, cfg.validation_pairs)
+    assert len(train) == len(PAIRS) - 8 and train.skip.any()  # the split the stage trained on, held-out docs skipped
+    # each training pair's first usable negative is scored, and nothing else: not its second, not a held-out pair
+    used = [(train.example(i)[0], train.example(i)[1], train.example(i)[2], train.margins(i)[0])
+            for i in range(len(train)) if len(train.example(i)) > 2]
+    ce = load_cross_encoder(teacher)
+    pos = score_pairs(ce, [q for q, *_ in used], [d for _, d, *_ in used])
+    neg = score_pairs(ce, [q for q, *_ in used], [n for _, _, n, _ in used])
+    assert [m for *_, m in used] == pytest.approx([p - n for p, n in zip(pos, neg, strict=True)], abs=1e-4)
+    assert max(abs(m) for *_, m in used) > 0.1  # the teacher tells pairs apart
+    flat = np.array([m for row in table.column("margins").to_pylist() for m in row])
+    assert (~np.isnan(flat)).sum() == len(used) and len(flat) == 2 * len(PAIRS)
+
+    def same(a: list, b: list) -> bool:
+        return all((math.isnan(x) and math.isnan(y)) or x == y for x, y in zip(a, b, strict=True))
+
+    def margins_of(path) -> list:
+        return [m for row in map_examples(path).column("margins").to_pylist() for m in row]
+    firsts = list(flat)
+    del table
     labelled.write_bytes(labelled.read_bytes()[:100])  # a damaged label file is labelled again, not trusted
-    source = str(tmp_path / "run" / "hard_negatives-gpl.arrow")
-    args = (source, teacher, "query", "document", str(labelled), str(tmp_path / "run" / "examples"))
-    assert with_margins(*args) == str(labelled) and map_examples(labelled).to_pylist() == written
+    args = (str(corpus), teacher, "query", "document", 1, (4, 256), str(labelled), str(tmp_path / "run" / "examples"))
+    assert with_margins(*args) == str(labelled) and same(margins_of(labelled), firsts)
     # another teacher overwrites the file; back to the first, its cache record must not take that file
     other = str(tiny_cross_encoder(tmp_path / "other", seed=2))
-    with_margins(source, other, *args[2:])
-    assert map_examples(labelled).column("margins").to_pylist() != [r["margins"] for r in written]
-    assert with_margins(*args) == str(labelled) and map_examples(labelled).to_pylist() == written
+    with_margins(str(corpus), other, *args[2:])
+    assert not same(margins_of(labelled), firsts)
+    assert with_margins(*args) == str(labelled) and same(margins_of(labelled), firsts)
     # an already labelled source is labelled again by the stage's teacher, never taken as it is
     relabelled = tmp_path / "relabelled.arrow"
-    with_margins(str(labelled), other, "query", "document", str(relabelled), str(tmp_path / "run" / "examples"))
-    assert map_examples(relabelled).column("margins").to_pylist() != [r["margins"] for r in written]
+    with_margins(str(labelled), other, *args[2:6], str(relabelled), args[7])
+    assert not same(margins_of(relabelled), firsts)

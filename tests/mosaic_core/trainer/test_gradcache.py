@@ -109,6 +109,12 @@ def test_gradient_cache_with_margin_mse_equals_big_batch(tmp_path, chunk):
     assert batch["neg_margin"].tolist() == [1.0, 2.0, 4.0, 5.0]
     with pytest.raises(ValueError, match="one per hard negative"):
         PairCollator(tok, None, negatives=1)(examples, margins=[[]] * len(PAIRS))
+    unlabelled = [[float("nan")] * len(m) for m in margins]  # what the labelling leaves on negatives it skipped
+    with pytest.raises(ValueError, match="without a teacher margin"):
+        PairCollator(tok, None, negatives=1)(examples, margins=unlabelled)
+    assert PairCollator(tok, None, negatives=1)(examples, margins=[m[:1] + [float("nan")] * (len(m) - 1)
+                                                                   for m in margins])["neg_margin"].tolist() == [
+        1.0, 2.0, 4.0, 5.0]  # a second negative the stage does not train with needs no margin
     loss_fn = JointLoss(alpha=0.0, scale=20.0, objective="margin_mse")
     ref_model, _ = build_model(str(path))
     ref_model.eval()
