@@ -55,7 +55,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import numpy as np
-    import pyarrow.compute as pc
     import torch
 
     from bench.machine import cpu_name
@@ -81,10 +80,10 @@ def main() -> None:
     out = with_margins.fn(mined, teacher, "query", "document", 1, (0, 0), str(work / "margins.arrow"),
                           str(work / "examples"))
     labelling = time.perf_counter() - started
-    margins = pc.list_flatten(map_examples(Path(out)).column("margins")).to_numpy()
-    margins = margins[~np.isnan(margins)]
-    scored = len(margins) + int(pc.sum(pc.greater(pc.list_value_length(map_examples(Path(out)).column("margins")),
-                                                  0)).as_py())
+    rows = [np.array(r, dtype=np.float64) for r in map_examples(Path(out)).column("margins").to_pylist()]
+    labelled = [r[~np.isnan(r)] for r in rows]
+    margins = np.concatenate(labelled)
+    scored = len(margins) + sum(1 for r in labelled if len(r))  # each labelled negative, and its pair once
     print(f"mining: {mining:.0f} s; labelling: {labelling:.0f} s for {scored:,} scored pairs ({len(margins):,} "
           f"negatives and their positives), {scored / labelling:.1f} pairs/s")
     print(f"margins: mean {margins.mean():.3f}, std {margins.std():.3f}, {100 * float(np.mean(margins > 0)):.1f}% "

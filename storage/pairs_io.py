@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -341,20 +342,31 @@ def iter_corpus_texts(source: str, columns: tuple[str, ...] = ("query", "documen
 
 def corpus_fingerprint(source: str) -> str:
     """Content digest of a corpus: a file's bytes, or a data root's ingest and filter manifests
-    (source checksums, config and code versions, counts), which determine its pairs."""
+    (source checksums, config and code versions, counts), which determine its pairs. A file is
+    read once per process while it is unchanged (same path, size, times and inode): every cache
+    key and output check of a run fingerprints the same pairs file, a large one many times."""
     path = Path(source).expanduser()
-    h = hashlib.sha256()
     if path.is_file():
-        with open(path, "rb") as fh:
-            while block := fh.read(1 << 20):
-                h.update(block)
-        return h.hexdigest()[:16]
+        st = path.stat()
+        return _file_digest(str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    h = hashlib.sha256()
     layout = DataLayout(path)
     for stage in ("ingest", "filter"):
         for manifest_path in sorted(layout.manifest_dir(stage).glob("*.json")):
             m = read_manifest(layout, stage, manifest_path.stem)
             h.update(f"{stage}:{m.partition}:{m.source_md5}:{m.config_hash}:{m.code_version}:{m.status}:"
                      f"{m.kept}\n".encode())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> str:
+    """The digest of the file ``path``'s bytes; the other arguments key the cache: a file
+    rewritten or replaced (an atomic write is a new inode) is read again."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
     return h.hexdigest()[:16]
 
 

@@ -23,7 +23,7 @@ from storage.examples import (
 )
 from storage.layout import DataLayout
 from storage.manifest import Manifest, write_manifest
-from storage.pairs_io import CorpusError
+from storage.pairs_io import CorpusError, corpus_fingerprint
 from storage.parquet import write_partition
 
 DOCS = [f"abstract {i}: the kidney and the heart" for i in range(6)]
@@ -154,4 +154,22 @@ def test_a_whole_examples_file_is_one_of_its_columns_written_from_its_fingerprin
     assert map_examples(labelled).column("margins").to_pylist() == [[1.5]]
     plain.write_bytes(plain.read_bytes()[:64])  # cut short
     assert not whole(plain) and not whole(tmp_path / "missing.arrow")
+
+
+def test_a_files_fingerprint_is_read_once_while_unchanged_and_again_once_it_changes(tmp_path, monkeypatch):
+    import builtins
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"query": "a", "document": "b"}\n')
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: opened.append(str(f)) or real_open(f, *a, **k))
+    first = corpus_fingerprint(str(path))
+    assert corpus_fingerprint(str(path)) == first and opened.count(str(path)) == 1
+    path.write_text('{"query": "c", "document": "d"}\n')  # in place, the same size
+    second = corpus_fingerprint(str(path))
+    replaced = tmp_path / "new.jsonl"
+    replaced.write_text('{"query": "e", "document": "f"}\n')
+    replaced.replace(path)  # an atomic write: a new file under the old name
+    assert len({first, second, corpus_fingerprint(str(path))}) == 3 and opened.count(str(path)) == 3  # one read each
 
