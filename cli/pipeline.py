@@ -80,7 +80,7 @@ def _demo_config(root: Path, seed: int):
     """The demo's config for ``root`` before its flow generates the data (to check ``--set`` against)."""
     from mosaic_core.data.demo import demo_pipeline
 
-    return demo_pipeline(seed, str(root / "demo" / "invented-terms"))
+    return demo_pipeline(seed, str(root / "demo" / "invented-terms"), str(root / "demo" / "glossary.jsonl"))
 
 
 def _overridden(cfg, sets: dict[str, object]):
@@ -94,10 +94,31 @@ def _overridden(cfg, sets: dict[str, object]):
         raise typer.Exit(2) from exc
 
 
+def _with_sets(cfg, sets: dict[str, object], glossary: str | None, root: Path, seed: int):
+    """(``cfg`` with ``sets`` and ``--glossary`` applied, the sets the demo's flow applies): the
+    demo's config (``cfg`` None) is checked here and built by its flow, which generates its data
+    first; a glossary path is taken from the directory mosaic runs in, as --pairs is."""
+    if glossary:
+        from storage.sources import is_remote
+
+        sets = {"glossary.path": glossary if is_remote(glossary) else str(Path(glossary).expanduser().resolve()),
+                **sets}
+    if not sets:
+        return cfg, sets
+    checked = _overridden(cfg or _demo_config(root, seed), sets)
+    if cfg is None and glossary:
+        from tasks.glossary_file import check_glossary
+
+        check_glossary(checked.glossary)
+    return (checked if cfg is not None else None), sets
+
+
 def _check_inputs(cfg, config: Path | None) -> None:
     """What a run reads, checked before any server starts: its models, its source's files and
-    whatever else its source checks (own pairs: readable, enough distinct usable pairs for the run)."""
+    whatever else its source checks (own pairs: readable, enough distinct usable pairs for the run),
+    its glossary file (a glossary's columns, or MeSH XML)."""
     from flows.sources import source_hook
+    from tasks.glossary_file import check_glossary
 
     _model(cfg.base_model)
     _model(cfg.filter.model)
@@ -108,6 +129,8 @@ def _check_inputs(cfg, config: Path | None) -> None:
                                "directory you run mosaic from)")
     if (check := source_hook(cfg.source, "check")) is not None:
         check(cfg.source, cfg)
+    if cfg.glossary is not None:
+        check_glossary(cfg.glossary)
 
 
 @app.command()
@@ -128,6 +151,10 @@ def run(
         "Parquet files with a text column (and a title column if any), or a hub dataset; pairs are built from "
         "their passages (titles and inverse cloze by default: --set source.builders=[title,ict,crop]), with the "
         "defaults for everything else (--set source.text_column=body, …).")] = None,
+    glossary: Annotated[Optional[str], typer.Option(help=(
+        "Definitions of the domain's terms: a JSONL/CSV/TSV of term, definition (synonyms, examples), or MeSH "
+        "descriptor XML, a file or an https URL; taught to the adapted model (docs/concepts/glossary.md). The demo "
+        "has its own; --set glossary=null: none."))] = None,
     query_column: Annotated[str, typer.Option(help="With --pairs: the query column.")] = "query",
     document_column: Annotated[str, typer.Option(help="With --pairs: the document column.")] = "document",
     domain: Annotated[Optional[str], typer.Option(help="With --pairs or --documents: the domain's name, for the "
@@ -170,10 +197,7 @@ def run(
                            "that has no prompts: section (set them in one place)")
     if prompts is not None and config:
         cfg = _with_prompts(cfg, prompts)
-    sets = parse_sets(set_ or [])
-    if sets:  # the demo's config is checked here and built by its flow, which generates its data first
-        checked = _overridden(cfg or _demo_config(root, seed), sets)
-        cfg = checked if cfg is not None else None
+    cfg, sets = _with_sets(cfg, parse_sets(set_ or []), glossary, root, seed)
     if cfg is not None:
         _check_inputs(cfg, config)
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)

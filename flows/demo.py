@@ -20,7 +20,7 @@ from tasks.ingest import list_snapshot
 def demo_config(data_root: str, seed: int = 0) -> PipelineConfig:
     """Generate the demo of ``seed`` into ``data_root`` (idempotent) and return its pipeline config."""
     paths = generate_demo(data_root, seed)
-    return demo_pipeline(seed, paths["task"])
+    return demo_pipeline(seed, paths["task"], paths["glossary"])
 
 
 def _snapshot(source: DemoSource, data_root: str) -> IngestConfig:

@@ -19,9 +19,10 @@ from flows.evaluate import eval_flow
 from flows.sources import source_hook
 from flows.train import train_flow
 from flows.vocab import vocab_flow
-from mosaic_core.config import EvalConfig, PipelineConfig
+from mosaic_core.config import EvalConfig, PipelineConfig, TrainConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
+from tasks.glossary import describe_terms, prepare_glossary
 from tasks.export import export_published
 from tasks.publish import decide_and_publish, pick_recipe, published_model
 from tasks.space import check_disk
@@ -62,25 +63,42 @@ def _candidate(cfg: PipelineConfig, models: dict[str, str], final: str, data_roo
     return (final if cfg.gate.beat_control else recipe["model"]), recipe
 
 
+def _taught_terms(cfg: PipelineConfig, vocab: dict, stages: list[dict], train: TrainConfig, stage1: str,
+                  data_root: str) -> list[dict]:
+    """The run report's glossary terms (:func:`describe_terms`): the adapted model against the model
+    that entered the dictionary stage (else stage 1)."""
+    added = (vocab.get("glossary") or {}).get("added") or []
+    if not added:
+        return []
+    names = [s["stage"] for s in stages]
+    at = names.index(train.dictionary.name) if train.dictionary is not None and train.dictionary.name in names else 0
+    before = stages[at - 1]["out_dir"] if at > 0 else stage1
+    return describe_terms(added, before, stages[-1]["out_dir"], data_root, cfg.vocab.text_columns, cfg.base_model)
+
+
 def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
         root = Path(data_root)
         check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
         ingested, filtered = source_hook(cfg.source, "flow")(cfg.source, cfg, data_root)
+        glossary = prepare_glossary(cfg.glossary, data_root, cfg.vocab) if cfg.glossary else None
         stage1 = str(root / "models" / "stage1")
-        vocab = vocab_flow(data_root, cfg.vocab, stage1)
+        vocab = vocab_flow(data_root, cfg.vocab, stage1, cfg.glossary, glossary and glossary["entries_path"])
         if run_id is not None:
             log_stage(cfg.tracking, run_id, "stage1", stage1, {"vocab": cfg.vocab.model_dump(mode="json"),
                                                                "tokens_added": vocab["tokens_added"]})
-        stages = train_flow(stage1, data_root, cfg.train, str(root / "models"), tracking=cfg.tracking,
-                            parent_run=run_id)
-        control = (train_flow(cfg.base_model, data_root, cfg.train.control(), str(root / "models" / "control"),
+        train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
+                 if glossary else cfg.train)
+        stages = train_flow(stage1, data_root, train, str(root / "models"), tracking=cfg.tracking, parent_run=run_id)
+        control = (train_flow(cfg.base_model, data_root, train.control(), str(root / "models" / "control"),
                               tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"] if cfg.trains_control else None)
         tasks = cfg.eval_specs(data_root)
+        terms = _taught_terms(cfg, vocab, stages, train, stage1, data_root)
         final = stages[-1]["stage"]
         published = published_model(data_root)
         models = {"base": cfg.base_model, "stage1": stage1, **({"control": control} if control else {}),
-                  **{s["stage"]: s["out_dir"] for s in stages}, **({"published": published} if published else {})}
+                  **{s["stage"]: s["out_dir"] for s in stages if s.get("embeddings_trained", True) or s is stages[-1]},
+                  **({"published": published} if published else {})}  # a head-only warm-up embeds as stage 1
         # A sparse run scores the base as SPLADE too (on its masked-LM head): like for like.
         eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                               prompts=cfg.prompts)  # the base scored with what it is trained with
@@ -98,14 +116,15 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
                                       cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
         exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
                                     cfg.train.document_column) if cfg.export else [])
-        story_funnel = funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
-                              cfg.source.funnel_words)
+        on_pairs = next(s for s in stages if train.dictionary is None or s["stage"] != train.dictionary.name)
+        story_funnel = funnel(ingested, filtered, on_pairs, cfg.train.validation_pairs, cfg.train.heldout_pairs,
+                              cfg.source.funnel_words, glossary["definition_pairs"] if train.extra_pairs else 0)
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
             funnel=story_funnel,
             task_words={t.name: t.description for t in tasks if t.description},
             metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()},
-            control="control" if control else None),
+            control="control" if control else None, glossary=terms),
             str(root / "report"))
         kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
         if run_id is not None:

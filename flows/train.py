@@ -42,11 +42,12 @@ def train_flow(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: 
     ``out_root/<n+1>-merge``. A stage reads its own ``pairs`` when it names them (seed 004's
     general-then-domain training), else the run's. An input model without an MLM head gets a
     head-only MLM warm-up before a joint first stage (``cfg.mlm_warmup``, numbered with the
-    stages). A completed stage comes from cache; a failed
-    one resumes from its last checkpoint when the flow is run again. A pairs file is converted once
-    into an examples file under ``out_root/examples`` that the stages memory-map. Stages needing hard
-    negatives on a source without them get them mined first (``out_root/hard_negatives-<stage>.arrow``),
-    and a margin_mse stage's negatives are labelled by its teacher (``out_root/margins-<stage>.arrow``).
+    stages), and a glossary's dictionary stage (``cfg.dictionary``) follows it. A completed stage
+    comes from cache; a failed one resumes from its last checkpoint when the flow is run again. A
+    pairs file is converted once into an examples file under ``out_root/examples`` that the stages
+    memory-map. Stages needing hard negatives on a source without them get them mined first
+    (``out_root/hard_negatives-<stage>.arrow``), and a margin_mse stage's negatives are labelled by
+    its teacher (``out_root/margins-<stage>.arrow``).
     With ``tracking.mlflow_uri``, each stage is a nested MLflow run of ``parent_run`` (the
     pipeline's), or of a run of its own."""
     own = tracking is not None and tracking.mlflow_uri is not None and parent_run is None
@@ -67,7 +68,7 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
            tracking: TrackingConfig | None, run_id: str | None) -> list[dict]:
     """:func:`train_flow`'s stages under the output root's lock; each logged to ``run_id``."""
     with root_lock(out_root, "train flow"):
-        cfg = with_warmup(cfg, input_model)
+        cfg = with_warmup(cfg, input_model).with_dictionary()
         results, model, mined, labelled = [], input_model, {}, {}
         examples = str(Path(out_root) / "examples")
         for i, stage in enumerate(cfg.stages):
@@ -90,8 +91,8 @@ def _train(input_model: str, pairs_source: str, cfg: TrainConfig, out_root: str,
                                                  stage.hard_negatives, held_out,
                                                  str(Path(out_root) / f"margins-{stage.name}.arrow"), examples)
                 source = labelled[key]
-            results.append(train_stage_task(model, source, stage, cfg, out, examples,
-                                                processes or default_processes()))
+            results.append(train_stage_task(model, source, stage, cfg.data_for(stage), out, examples,
+                                            processes or default_processes()))
             model = out
             if run_id is not None:
                 log_stage(tracking, run_id, stage.name, out, {"pairs_source": source, "pairs": results[-1]["pairs"]})

@@ -5,13 +5,16 @@ from __future__ import annotations
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from mosaic_core.config import VocabConfig
+from mosaic_core.config import GlossaryConfig, VocabConfig
 from tasks.vocab import expand_vocabulary
 
 
 @flow(name="vocab")
-def vocab_flow(corpus: str, cfg: VocabConfig, out_dir: str) -> dict:
-    report = expand_vocabulary(corpus, cfg, out_dir)
+def vocab_flow(corpus: str, cfg: VocabConfig, out_dir: str, glossary: GlossaryConfig | None = None,
+               entries: str | None = None) -> dict:
+    """Stage 1 on ``corpus`` into ``out_dir``; with a ``glossary``, its entries (the file
+    ``entries``) as stage 1's glossary terms."""
+    report = expand_vocabulary(corpus, cfg, out_dir, glossary, entries)
     create_markdown_artifact(
         key="vocab-report",
         markdown=(f"Stage 1 on `{corpus}` → `{out_dir}`: **{report['tokens_added']:,} tokens added**; "

@@ -6,24 +6,25 @@ the evaluation, the gate, tracking and the whole pipeline here, the data steps i
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, SerializeAsAny, field_validator, model_validator
 
 from mosaic_core.config_base import DEFAULT_BASE, OFFLINE_MODEL, Frozen, with_sets
-from mosaic_core.config_data import (NCBI_PUBMED_URL, FilterConfig, IngestConfig, IslamicConfig, OwnPairsConfig,
-                                     PairConfig, PromptsConfig)
+from mosaic_core.config_data import (NCBI_PUBMED_URL, DictionaryConfig, FilterConfig, GlossaryConfig, IngestConfig,
+                                     IslamicConfig, OwnPairsConfig, PairConfig, PromptsConfig)
 from mosaic_core.config_documents import DocumentsConfig
 from mosaic_core.config_sources import (DemoSource, DocumentsSource, IslamicSource, OwnPairsSource, PubMedSource,
                                         Source, translate)
 from mosaic_core.config_train import PRESETS, DistillConfig, StageConfig, TrainConfig, VocabConfig
 from mosaic_core.eval_tasks import EvalTask, EvalTaskSpec, HeldoutTask
 
-__all__ = ["DEFAULT_BASE", "DemoSource", "DistillConfig", "DocumentsConfig", "DocumentsSource", "EvalConfig",
-           "EvalTask", "EvalTaskSpec", "FilterConfig", "Frozen", "GateConfig", "IngestConfig", "IslamicConfig",
-           "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "OwnPairsConfig", "OwnPairsSource", "PRESETS",
-           "PairConfig", "PipelineConfig", "PromptsConfig", "PubMedSource", "Source", "StageConfig",
-           "TrackingConfig", "TrainConfig", "VocabConfig"]
+__all__ = ["DEFAULT_BASE", "DemoSource", "DictionaryConfig", "DistillConfig", "DocumentsConfig", "DocumentsSource",
+           "EvalConfig", "EvalTask", "EvalTaskSpec", "FilterConfig", "Frozen", "GateConfig", "GlossaryConfig",
+           "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "OwnPairsConfig",
+           "OwnPairsSource", "PRESETS", "PairConfig", "PipelineConfig", "PromptsConfig", "PubMedSource", "Source",
+           "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
 
 
 class EvalConfig(Frozen):
@@ -100,6 +101,11 @@ class PipelineConfig(Frozen):
     )
     eval_pool: int = Field(10_000, gt=0, description="Distractor documents of the held-out task.")
     gate: GateConfig = Field(GateConfig(), description="The publish gate.")
+    glossary: GlossaryConfig | None = Field(
+        None, description="Definitions of the domain's terms (a JSONL/CSV/TSV glossary, or MeSH descriptor XML): "
+        "stage 1 adds the one-word terms on evidence of their own and learns their rows from their definitions, a "
+        "dictionary stage trains the MLM on their definitions, and definition pairs join the training pairs of the "
+        "adapted model and the control alike. None: no glossary (every run as without one).")
     control: Literal["contrastive", "none"] | None = Field(
         "contrastive", description="contrastive: also train the control a user would otherwise run — plain "
         "contrastive fine-tuning of the base on the same pairs, hard negatives and number of steps, with no domain "
@@ -153,6 +159,25 @@ class PipelineConfig(Frozen):
         heldout = HeldoutTask(name="heldout", pool=self.eval_pool, **pairs,
                                description=self.source.heldout_description)
         return (heldout, *self.source.eval_tasks(pairs), *self.eval_tasks)
+
+    def training(self, dictionary: str | None = None, texts: int = 0, definition_pairs: str | None = None,
+                 ) -> TrainConfig:
+        """The run's training config: ``train``, with the glossary's dictionary stage on the
+        ``texts`` dictionary texts at ``dictionary`` (``glossary.dictionary.epochs`` passes over
+        them, at most its ``max_steps``) and its definition pairs at ``definition_pairs`` (the files
+        the pipeline writes from ``glossary``) when it has a glossary."""
+        if self.glossary is None:
+            return self.train
+        d, first = self.glossary.dictionary, self.train.stages[0]
+        steps = min(math.ceil(d.epochs * texts / d.batch_size), d.max_steps or math.inf)
+        stage = None if not steps or dictionary is None else StageConfig(
+            name="dictionary", kind="mlm", pairs=dictionary, query_column="query", document_column="document",
+            lr=d.lr, schedule="constant", batch_size=d.batch_size, max_steps=steps,
+            mlm_probability=d.mlm_probability, seed=d.seed, warmup_ratio=0.0, prompts=first.prompts,
+            model_kind=first.model_kind, precision=first.precision, document_max_length=first.document_max_length,
+            query_max_length=first.query_max_length, log_every=first.log_every)
+        pairs = definition_pairs if self.glossary.definition_pairs else None  # how many: in the file
+        return self.train.model_copy(update={"dictionary": stage, "extra_pairs": pairs})
 
     @property
     def trains_control(self) -> bool:

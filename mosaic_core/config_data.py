@@ -169,3 +169,75 @@ class OwnPairsConfig(Frozen):
     keep_languages: tuple[str, ...] | None = Field(
         None, description="ISO 639-1 codes the language filter keeps (e.g. [en]); unset: no language filter.")
     partition_rows: int = Field(100_000, gt=0, description="Pairs per Parquet partition (and per filter task).")
+
+
+class DictionaryConfig(Frozen):
+    """The dictionary stage (seed 003, experiment 4): the domain-restricted MLM on dictionary-style
+    text built from the glossary, after the MLM warm-up and before the retrieval stages; the
+    encoder stays frozen, the MLM head and the domain tokens' rows train."""
+
+    epochs: int = Field(10, ge=0, description="Passes over the dictionary texts (0: no dictionary stage); seed 003 "
+                        "trained 50.")
+    max_steps: int | None = Field(1000, gt=0, description="At most this many optimizer steps, however many terms.")
+    batch_size: int = Field(16, gt=0, description="Dictionary texts per step.")
+    lr: float = Field(5e-4, gt=0.0, description="Learning rate (constant).")
+    mlm_probability: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Chance a domain token of a dictionary text is masked (the texts are short "
+        "and hold few domain tokens: mostly the term itself).")
+    texts_per_term: int = Field(4, gt=0, description="Dictionary texts written per term, each in another template; "
+                                "plus one per synonym and one per example sentence.")
+    templates: tuple[str, ...] = Field(
+        ("{term}: {definition}", "{term} is defined as follows. {definition}", "The term {term} means: {definition}",
+         "{definition} This is called {term}.", "What is {term}? {definition}"), min_length=1,
+        description="How a dictionary text is written: {term} (the term or one of its synonyms) and {definition}.")
+    seed: int = Field(0, description="Seed of the templates drawn and of the stage's data order and masks.")
+
+    @model_validator(mode="after")
+    def _templates_name_both(self) -> DictionaryConfig:
+        for template in self.templates:
+            if "{term}" not in template or "{definition}" not in template:
+                raise ValueError(f"dictionary template {template!r} must hold both {{term}} and {{definition}}")
+        return self
+
+
+class GlossaryConfig(Frozen):
+    """A glossary of the domain: its terms' definitions teach the adapted model the terms
+    (docs/concepts/glossary.md). Stage 1 adds the terms the base tokenizer splits on less
+    evidence than other candidates and initialises their rows from their definitions; the
+    dictionary stage trains the MLM on their definitions; the definition pairs join both arms'
+    training pairs."""
+
+    path: str = Field(..., min_length=1, description="A JSONL/JSON, CSV or TSV file of term, definition (and optional "
+                      "synonyms, examples) columns, or NLM's MeSH descriptor XML (descYYYY.xml, .gz too); a local "
+                      "path (relative to the config file's folder) or an http(s) URL, downloaded into the data root "
+                      "once and verified against its .md5 when one is published.")
+    format: Literal["auto", "table", "mesh"] = Field(
+        "auto", description="auto: MeSH descriptor XML when the file (decompressed) starts with '<', a table "
+        "otherwise.")
+    term_column: str = Field("term", min_length=1, description="Table column of the term.")
+    definition_column: str = Field("definition", min_length=1, description="Table column of the definition.")
+    synonyms_column: str = Field("synonyms", min_length=1, description="Table column of other names of the term "
+                                 "(a list, or text separated by ';' or '|'); optional.")
+    examples_column: str = Field("examples", min_length=1, description="Table column of sentences using the term "
+                                 "(a list, or text separated by ';' or '|'); optional.")
+    used_only: bool = Field(True, description="Keep only the entries whose term or a synonym occurs in the "
+                            "corpus (stage 1's sample of it, vocab.sample_texts): MeSH has ~30,000 descriptors, most "
+                            "of them foreign to any one corpus.")
+    max_synonyms: int = Field(3, ge=0, description="The dictionary texts and definition pairs of an entry use at "
+                              "most this many of its synonyms (the first ones; MeSH lists up to dozens of variants).")
+    min_count: int = Field(2, ge=1, description="Stage 1 adds a one-word term (or synonym) that the base tokenizer "
+                           "splits when the corpus uses it at least this often (other candidates need "
+                           "vocab.min_count), and never prunes it.")
+    define_steps: int = Field(
+        200, ge=0, description="Stage 1 then trains the glossary tokens' rows for this many steps so that the "
+        "expanded model reads a sentence holding a term as the base model reads it with the term's definition beside "
+        "it, not as it reads the term's meaningless pieces (0: they are distilled like the other new rows).")
+    definition_pairs: int = Field(
+        2, ge=0, description="Definition pairs per term added to the training pairs of the adapted model and of "
+        "the control alike: the term → its definition, then synonyms or a question about it → its definition "
+        "(0: none).")
+    questions: tuple[str, ...] = Field(
+        ("What is {term}?", "What does {term} mean?"), description="Definition pairs: one of these questions about "
+        "each term is a query of its definition too ({term}: the term or a synonym); empty: none.")
+    dictionary: DictionaryConfig = Field(DictionaryConfig(), description="The dictionary stage.")
+    seed: int = Field(0, description="Seed of the questions drawn.")

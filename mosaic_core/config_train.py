@@ -341,6 +341,14 @@ class TrainConfig(Frozen):
         None, gt=0, description="The automatic warm-up's step cap (it stops earlier once below its target). None: "
         "the first stage's budget (its max_steps, else its epochs). The warm-up trains the head alone, so its "
         "steps cost a fraction of a joint step's.")
+    dictionary: StageConfig | None = Field(
+        None, description="The dictionary stage a glossary adds (set by the pipeline from glossary.dictionary): an "
+        "mlm stage on its own texts (its pairs: dictionary texts as documents), trained after any warm-up and "
+        "before the other stages, with no test or validation pairs held out of its texts.")
+    extra_pairs: str | None = Field(
+        None, description="A pairs file (query, document columns) added to the training pairs of every stage that "
+        "trains on the run's pairs (set by the pipeline: the glossary's definition pairs); never held out, never "
+        "a hard negative.")
 
     @field_validator("stages")
     @classmethod
@@ -386,6 +394,21 @@ class TrainConfig(Frozen):
             **({"max_steps": self.mlm_warmup_steps} if self.mlm_warmup_steps else {})})
         return self.model_copy(update={"stages": (warmup, *self.stages)})
 
+    def with_dictionary(self) -> TrainConfig:
+        """The stages with the dictionary stage (if any) after the leading warm-up stages and before
+        the others."""
+        if self.dictionary is None:
+            return self
+        lead = next((i for i, s in enumerate(self.stages) if s.kind != "mlm"), len(self.stages))
+        return self.model_copy(update={"stages": (*self.stages[:lead], self.dictionary, *self.stages[lead:])})
+
+    def data_for(self, stage: StageConfig) -> TrainConfig:
+        """The config ``stage`` reads its data by: the dictionary stage holds no pairs out of its
+        texts and adds no extra pairs; any other stage, this one."""
+        if stage != self.dictionary:
+            return self
+        return self.model_copy(update={"heldout_pairs": 0, "validation_pairs": 0, "extra_pairs": None})
+
     def columns_for(self, stage: StageConfig) -> tuple[str, str]:
         """(query column, document column) of ``stage``'s pairs."""
         return stage.query_column or self.query_column, stage.document_column or self.document_column
@@ -394,7 +417,8 @@ class TrainConfig(Frozen):
         """The plain fine-tuning control of this run: one contrastive stage from the base, on the
         same pairs, hard negatives, prompts and lengths as the last stage, for the steps of every
         stage that trains the encoder together (an MLM warm-up, whose encoder is frozen, adds none),
-        or their passes when one of them has no step cap; no MLM, no vocabulary, no merge."""
+        or their passes when one of them has no step cap; no MLM, no vocabulary, no merge, no
+        dictionary stage; the extra pairs (a glossary's definition pairs) as the adapted stages have them."""
         last = self.stages[-1]
         training = [s for s in self.stages if s.kind != "mlm"] or list(self.stages)
         steps = [s.max_steps for s in training]
@@ -403,7 +427,7 @@ class TrainConfig(Frozen):
         drop = {"kind", "name", "alpha", "mlm_probability", "mlm_tokens", "mlm_target", "mlm_rows"}
         stage = StageConfig.model_validate({**last.model_dump(exclude=drop), "name": "control",
                                             "kind": "contrastive", **budget})
-        return self.model_copy(update={"stages": (stage,), "merge_weights": ()})
+        return self.model_copy(update={"stages": (stage,), "merge_weights": (), "dictionary": None})
 
     @classmethod
     def preset(cls, name: str, overrides: dict | None = None, per_stage: dict[str, dict] | None = None,

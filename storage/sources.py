@@ -29,6 +29,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
 from storage.layout import DataLayout, file_sequence, partition_name
@@ -238,14 +239,33 @@ def _parse_md5(text: str, where: str) -> str:
     return m.group(1).lower()
 
 
-def fetch(source: SourceFile, layout: DataLayout, timeout: float = 120.0) -> LocalFile:
-    """Bring ``source`` onto local disk, verified; reuse a verified earlier download."""
+def _published_md5(source: SourceFile, timeout: float, sidecar: str) -> str | None:
+    """The MD5 the ``.md5`` sidecar of ``source`` publishes; None when ``sidecar`` is optional and
+    the server has none (HTTP 404 and the like)."""
+    try:
+        with _http_get(source.location + ".md5", timeout) as resp:
+            return _parse_md5(resp.read().decode("utf-8", "replace"), source.location + ".md5")
+    except TransientDownloadError:
+        raise
+    except SourceError:
+        if sidecar == "required":
+            raise
+        return None
+
+
+def fetch(source: SourceFile, layout: DataLayout, timeout: float = 120.0,
+          sidecar: Literal["required", "optional"] = "required") -> LocalFile:
+    """Bring ``source`` onto local disk, verified; reuse a verified earlier download. A snapshot
+    file's ``.md5`` sidecar is ``required``; where it is ``optional`` (a glossary) and the server
+    publishes none, an earlier complete download is reused as it is."""
     if not source.is_remote:
         return _fetch_local(source)
     dest = raw_path(layout, source.subset, source.name)  # checked before any byte is fetched or written
-    with _http_get(source.location + ".md5", timeout) as resp:
-        expected = _parse_md5(resp.read().decode("utf-8", "replace"), source.location + ".md5")
+    expected = _published_md5(source, timeout, sidecar)
     if dest.exists():
+        if expected is None:
+            log.info("%s: already downloaded (the server publishes no MD5 to check it against)", source.name)
+            return LocalFile(source, str(dest), md5_of(dest))
         if md5_of(dest) == expected:
             log.info("%s: already downloaded and verified", source.name)
             return LocalFile(source, str(dest), expected)
@@ -258,7 +278,7 @@ def fetch(source: SourceFile, layout: DataLayout, timeout: float = 120.0) -> Loc
             while block := resp.read(1 << 20):
                 h.update(block)
                 out.write(block)
-        if h.hexdigest() != expected:
+        if expected is not None and h.hexdigest() != expected:
             raise ChecksumMismatch(
                 f"{source.location}: MD5 {h.hexdigest()} does not match the published {expected}"
             )
@@ -267,8 +287,9 @@ def fetch(source: SourceFile, layout: DataLayout, timeout: float = 120.0) -> Loc
         raise TransientDownloadError(f"{source.location}: download broke off: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    log.info("%s: downloaded %d bytes, MD5 verified", source.name, dest.stat().st_size)
-    return LocalFile(source, str(dest), expected)
+    log.info("%s: downloaded %d bytes, %s", source.name, dest.stat().st_size,
+             "MD5 verified" if expected else "no MD5 published to verify it")
+    return LocalFile(source, str(dest), expected or h.hexdigest())
 
 
 def _fetch_local(source: SourceFile) -> LocalFile:

@@ -10,12 +10,13 @@ import yaml
 from mosaic_core.config import PipelineConfig
 from mosaic_core.config_sources import Source, translate
 from storage.own_pairs import locate
+from storage.sources import is_remote
 
 
 def load_pipeline_config(config_file: str) -> PipelineConfig:
     """The pipeline YAML at ``config_file``, validated; a source's paths (``source.path`` of own
-    pairs) are read relative to the file's folder (an absolute path, or a hub dataset, stays as it
-    is)."""
+    pairs) and the glossary's are read relative to the file's folder (an absolute path, a URL or a
+    hub dataset stays as it is)."""
     path = Path(config_file).expanduser().resolve()
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
@@ -24,6 +25,9 @@ def load_pipeline_config(config_file: str) -> PipelineConfig:
     data = translate(data)
     if isinstance(data.get("source"), dict):
         data["source"] = located(data["source"], path.parent)
+    glossary = data.get("glossary")
+    if isinstance(glossary, dict) and isinstance(glossary.get("path"), str) and not is_remote(glossary["path"]):
+        data["glossary"] = {**glossary, "path": str((path.parent / Path(glossary["path"]).expanduser()).resolve())}
     return PipelineConfig.load(data)
 
 

@@ -30,7 +30,7 @@ class PartialFileError(RuntimeError):
     """A source file broke off mid-way: its good records are stored, the task still fails."""
 
 
-def _is_transient(task: Task, task_run: object, state: State) -> bool:
+def is_transient(task: Task, task_run: object, state: State) -> bool:
     """Retry downloads only for failures a retry can fix (timeouts, 5xx, bad checksums)."""
     try:
         state.result(raise_on_failure=True)
@@ -42,7 +42,7 @@ def _is_transient(task: Task, task_run: object, state: State) -> bool:
 
 
 @task(name="list-snapshot", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=10,
-      retry_condition_fn=_is_transient)
+      retry_condition_fn=is_transient)
 def list_snapshot(cfg: IngestConfig) -> list[SourceFile]:
     files = list_source(cfg.source, cfg.subsets)
     if cfg.max_files:
@@ -52,7 +52,7 @@ def list_snapshot(cfg: IngestConfig) -> list[SourceFile]:
 
 
 @task(name="fetch-file", cache_policy=NO_CACHE, retries=4, retry_delay_seconds=[5, 30, 120, 300],
-      retry_condition_fn=_is_transient, task_run_name="fetch-{source.partition}")
+      retry_condition_fn=is_transient, task_run_name="fetch-{source.partition}")
 def fetch_file(source: SourceFile, root: str) -> LocalFile:
     return fetch(source, DataLayout(root))
 

@@ -21,9 +21,11 @@ def _reasons(counts: Counter) -> str:
 
 
 def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | None, validation: int,
-           test: int, words: tuple[str, str, str, str] = PubMedSource.funnel_words) -> list[tuple[str, int, str]]:
-    """(step, rows after it, what it dropped) from the ingest and filter manifests and the first
-    stage's result, its first steps in the source's ``words`` (``Source.funnel_words``)."""
+           test: int, words: tuple[str, str, str, str] = PubMedSource.funnel_words,
+           definitions: int = 0) -> list[tuple[str, int, str]]:
+    """(step, rows after it, what it dropped) from the ingest and filter manifests and the result
+    of the first stage on the run's pairs, its first steps in the source's ``words``
+    (``Source.funnel_words``); ``definitions``: a glossary's definition pairs among its pairs."""
     read, parts, after_rules, latest = words
     rows = []
     if ingested:
@@ -38,7 +40,8 @@ def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | Non
     if stage:
         if filtered:  # as many as were asked for, at most a fifth of the pairs each
             test, validation = split_sizes(sum(m.kept for m in filtered), test, validation)
-        rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"))
+        rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"
+                     + (f"; {definitions:,} definition pairs from the glossary added" if definitions else "")))
     return rows
 
 

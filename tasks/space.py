@@ -33,9 +33,11 @@ def folder_bytes(folder: Path, skip: str | None = None) -> int:
 
 def models_written(cfg: PipelineConfig) -> int:
     """Model folders a run writes: stage 1, each stage (a warm-up the base may need counted: the
-    estimate does not load the model to ask), the control's stages, the published copy."""
+    estimate does not load the model to ask; a glossary's dictionary stage), the control's stages,
+    the published copy."""
     control = len(cfg.train.control().stages) if cfg.trains_control else 0
-    return 1 + len(cfg.train.with_warmup(input_has_head=False).stages) + control + 1
+    dictionary = 1 if cfg.glossary is not None and cfg.glossary.dictionary.epochs else 0
+    return 1 + len(cfg.train.with_warmup(input_has_head=False).stages) + dictionary + control + 1
 
 
 def disk_need(cfg: PipelineConfig, data_root: str) -> int | None:

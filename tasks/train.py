@@ -47,9 +47,10 @@ FAIL_ENV = "MOSAIC_FAIL_STAGE_AT_STEP"
 
 
 def stage_fingerprint(input_model: str, pairs_source: str, stage: StageConfig, cfg: TrainConfig, out_dir: str) -> str:
-    data = cfg.model_copy(update={"stages": (stage,)}).config_hash()  # held-out split and columns, not siblings
+    data = cfg.model_copy(update={"stages": (stage,), "dictionary": None}).config_hash()  # split, columns: no sibling
+    extra = [corpus_fingerprint(cfg.extra_pairs)] if cfg.extra_pairs and stage.pairs is None else []
     return cache_key("train", model_fingerprint(resolve_model(input_model)), corpus_fingerprint(pairs_source),
-                     stage.config_hash(), data, CODE_VERSION, str(Path(out_dir).resolve()))
+                     stage.config_hash(), data, CODE_VERSION, str(Path(out_dir).resolve()), *extra)
 
 
 @json_only
@@ -99,10 +100,15 @@ def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir
     """(training examples of ``stage``, validation retrieval), read from the source's examples
     file (memory-mapped; a pairs file is converted once into ``work_dir``): the test and
     validation pairs (by content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of
-    training, their documents out of the training pairs' hard negatives too."""
+    training, their documents out of the training pairs' hard negatives too. A stage on the run's
+    pairs also trains on ``cfg.extra_pairs`` (a glossary's definition pairs), never held out."""
     path = examples_file(pairs_source, *cfg.columns_for(stage), Path(work_dir))
-    return split_examples(PairSet(map_examples(path)), lambda: read_batches(path), cfg.heldout_pairs,
-                          cfg.validation_pairs, cfg.validation_pool)
+    train, validation = split_examples(PairSet(map_examples(path)), lambda: read_batches(path), cfg.heldout_pairs,
+                                       cfg.validation_pairs, cfg.validation_pool)
+    if cfg.extra_pairs and stage.pairs is None:  # a glossary's definition pairs: training pairs only
+        train = train.joined(PairSet(map_examples(examples_file(cfg.extra_pairs, "query", "document",
+                                                                Path(work_dir)))))
+    return train, validation
 
 
 def with_warmup(cfg: TrainConfig, input_model: str) -> TrainConfig:

@@ -123,6 +123,13 @@ class Term:
     target: str
     organ: str
 
+    def definition(self) -> str:
+        """What the word means in the glossary: ``a drug that blocks calcium channels in the heart
+        muscle``, in the first of the training citations' synonyms (never the evaluation's)."""
+        kind, act = KINDS[self.kind][TRAIN][0], ACTIONS[self.action][TRAIN][0]
+        tgt, org = TARGETS[self.target][TRAIN][0], ORGANS[self.organ][TRAIN][0]
+        return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} that {act} {tgt} in the {org}"
+
     def meaning(self, which: slice, rng: random.Random, article: bool = True) -> str:
         """``a drug that blocks calcium channels in the heart muscle``, with synonyms from ``which``."""
         kind, act = rng.choice(KINDS[self.kind][which]), rng.choice(ACTIONS[self.action][which])
@@ -144,13 +151,19 @@ class Citation:
 
 @dataclass
 class DemoData:
-    """The generated snapshot (relative path → bytes) and the invented-term task."""
+    """The generated snapshot (relative path → bytes), the invented-term task and the glossary
+    (each invented word's definition: :meth:`Term.definition`)."""
 
     files: dict[str, bytes]
     terms: list[Term]
     corpus: list[dict]
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
+
+    @property
+    def glossary(self) -> list[dict]:
+        """``{term, definition}`` of every invented word, in the order of :attr:`terms`."""
+        return [{"term": t.word, "definition": t.definition()} for t in self.terms]
 
 
 def make_terms(seed: int) -> list[Term]:
@@ -345,12 +358,13 @@ def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 
     return DemoData(files, terms, corpus, queries, qrels)
 
 
-def demo_pipeline(seed: int, task: str) -> PipelineConfig:
-    """The built-in demo's pipeline: its generated snapshot of ``seed`` (the demo source), the
-    offline MiniLM as base and filter model, a 20-step MLM warm-up of the head then the paper's
-    joint stage (30 steps, one hard negative per pair), beside the control (30 contrastive steps
-    from the base), finishing in minutes on a CPU, scored on the held-out pairs and the
-    invented-term task at ``task``."""
+def demo_pipeline(seed: int, task: str, glossary: str) -> PipelineConfig:
+    """The built-in demo's pipeline: its generated snapshot of ``seed`` (the demo source) and its
+    glossary (the invented words' definitions, at ``glossary``), the offline MiniLM as base and
+    filter model, a 20-step MLM warm-up of the head, the glossary's dictionary stage, then the
+    paper's joint stage (30 steps, one hard negative per pair), beside the control (30
+    contrastive steps from the base; the definition pairs join both), finishing in minutes on a
+    CPU, scored on the held-out pairs and the invented-term task at ``task``."""
     retrieval = {"lr": 5e-5, "max_steps": 30, "eval_every": 15, "hard_negatives": 1, "batch_size": 16,
                  "checkpoint_every": 50, "log_every": 10, "query_max_length": 32, "document_max_length": 64}
     # MiniLM ships no MLM head: a short warm-up trains one (its transform and bias; the embedding
@@ -377,4 +391,5 @@ def demo_pipeline(seed: int, task: str) -> PipelineConfig:
                         "description": "finding documents about an invented drug or protein (zorvatide, keltrase, …) "
                                        "from a description of what it does that never names it"}],
         "eval_pool": 500,
+        "glossary": {"path": glossary},
     })

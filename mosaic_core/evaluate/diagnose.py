@@ -74,13 +74,21 @@ class TermDiagnosis:
 
 def term_sentences(texts: Iterable[str], term: str, limit: int) -> list[str]:
     """Up to ``limit`` sentences of ``texts`` that contain ``term`` as a word (case-insensitive)."""
-    pattern = re.compile(rf"(?<!\w){re.escape(term)}(?!\w)", re.IGNORECASE)
-    found: list[str] = []
+    return terms_sentences(texts, [term], limit)[term]
+
+
+def terms_sentences(texts: Iterable[str], terms: list[str], limit: int) -> dict[str, list[str]]:
+    """Up to ``limit`` sentences per term of ``terms`` that contain it as a word (case-insensitive),
+    in one pass over ``texts`` (stopping once every term has its ``limit``)."""
+    patterns = {t: re.compile(rf"(?<!\w){re.escape(t)}(?!\w)", re.IGNORECASE) for t in terms}
+    found: dict[str, list[str]] = {t: [] for t in terms}
     for text in texts:
-        if not pattern.search(text):
-            continue
-        found += [s for s in split_sentences([text]) if pattern.search(s)][: limit - len(found)]
-        if len(found) >= limit:
+        open_terms = [t for t in terms if len(found[t]) < limit and patterns[t].search(text)]
+        for sentence in split_sentences([text]) if open_terms else ():
+            for t in open_terms:
+                if len(found[t]) < limit and patterns[t].search(sentence):
+                    found[t].append(sentence)
+        if all(len(v) >= limit for v in found.values()):
             break
     return found
 
@@ -94,30 +102,47 @@ def _occurrence_positions(tokenizer, sentence: str, term: str, max_length: int) 
     return enc["input_ids"], positions
 
 
-@torch.no_grad()
 def diagnose_term(model_path: str, term: str, sentences: list[str], base_model: str | None = None,
                   neighbours: int = 10, max_length: int = 256) -> TermDiagnosis:
     """Diagnose ``term`` for the model at ``model_path`` (a stage output, or any model)."""
+    return diagnose_terms(model_path, {term: sentences}, base_model, neighbours, max_length)[0]
+
+
+@torch.no_grad()
+def diagnose_terms(model_path: str, terms: dict[str, list[str]], base_model: str | None = None,
+                   neighbours: int = 10, max_length: int = 256) -> list[TermDiagnosis]:
+    """Diagnose each term of ``terms`` (term → sentences that use it) for the model at
+    ``model_path``, loaded once; in the order of ``terms``."""
     from transformers import AutoTokenizer
 
     from mosaic_core.modeling.dual_encoder import build_model
     from mosaic_core.modeling.modeldir import has_trained_head, read_domain_ids
     from mosaic_core.modeling.refs import resolve_model
-    from mosaic_core.modeling.sparse import is_sparse_model, sparse_encoder, term_activation
+    from mosaic_core.modeling.sparse import is_sparse_model, sparse_encoder
 
     resolved = resolve_model(model_path)
     tokenizer = AutoTokenizer.from_pretrained(resolved)
     model, from_checkpoint = build_model(resolved)
-    activation = term_activation(sparse_encoder(resolved), term, sentences) if is_sparse_model(resolved) else None
     model.eval()
     head = ("trained by a MOSAIC stage" if has_trained_head(resolved) else
             "the checkpoint's own" if from_checkpoint else
             "none in the checkpoint: initialised fresh, so logits and ranks say nothing yet")
-    ids = tokenizer(term, add_special_tokens=False)["input_ids"]
-    pieces = tokenizer.convert_ids_to_tokens(ids)
     domain_ids = read_domain_ids(resolved)
     domain = set(domain_ids.tolist()) if domain_ids is not None else set()
-    base_pieces = AutoTokenizer.from_pretrained(resolve_model(base_model)).tokenize(term) if base_model else None
+    base = AutoTokenizer.from_pretrained(resolve_model(base_model)) if base_model else None
+    sparse = sparse_encoder(resolved) if is_sparse_model(resolved) else None
+    return [_diagnose(model, tokenizer, head, domain, base, sparse, term, sentences, neighbours, max_length)
+            for term, sentences in terms.items()]
+
+
+def _diagnose(model, tokenizer, head: str, domain: set[int], base, sparse, term: str, sentences: list[str],
+              neighbours: int, max_length: int) -> TermDiagnosis:
+    from mosaic_core.modeling.sparse import term_activation
+
+    ids = tokenizer(term, add_special_tokens=False)["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    base_pieces = base.tokenize(term) if base is not None else None
+    activation = term_activation(sparse, term, sentences) if sparse is not None else None
     diagnosis = TermDiagnosis(term, pieces, base_pieces, len(ids) == 1, len(ids) == 1 and ids[0] in domain, head,
                               activation=activation)
 

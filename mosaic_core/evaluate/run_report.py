@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -43,6 +44,8 @@ class RunStory:
     metadata: dict = field(default_factory=dict)
     control: str | None = None
     """The plain fine-tuning control's name in ``scores``, when the run trained one."""
+    glossary: list[dict] = field(default_factory=list)
+    """What the run taught the glossary terms stage 1 added (``tasks.glossary.describe_terms``)."""
 
     @cached_property
     def differences(self) -> list[dict]:
@@ -157,7 +160,36 @@ def _stage1(v: dict | None) -> list[str]:
             f"{v['tokens_added']:,} tokens added of {v['candidates']:,} candidates (used at least {v['min_count']} "
             f"times); held-out fertility {v['fertility_before']:.3f} → {v['fertility_after']:.3f} pieces per word"
             + (f"; drift of stage 1 (mean cosine to the base embedding): {drift['mean_cos']:.4f}, 5th percentile "
-               f"{drift['p5_cos']:.4f}" if drift else "") + f". Examples: {examples}.", ""]
+               f"{drift['p5_cos']:.4f}" if drift else "") + f". Examples: {examples}.", "",
+            *_glossary_stage1(v.get("glossary"))]
+
+
+def _glossary_stage1(g: dict | None) -> list[str]:
+    if not g:
+        return []
+    rejected = Counter(r["reason"] for r in g["rejected"])
+    defined = g.get("defined") or {}
+    rows = (f" Their rows were learnt from their definitions: {defined['steps']} steps on {defined['windows']:,} "
+            f"sentences read beside the definitions (loss {defined['loss_first_pass']:.4f} → "
+            f"{defined['loss_last_pass']:.4f})." if defined.get("steps") else "")
+    return [f"Glossary: {g['candidates']:,} one-word terms the base tokenizer splits; **{len(g['added']):,} added**"
+            + (f", rejected: {', '.join(f'{n} {r}' for r, n in rejected.most_common())}" if rejected else "")
+            + f".{rows}", ""]
+
+
+def _glossary_terms(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    def rank(value: float | None) -> str:
+        return "–" if value is None else f"{value:g}"
+    lines = ["## Glossary terms", "", "What the glossary's stages taught the terms stage 1 added (the most used): "
+             "the MLM rank the model gives the term where the corpus uses it (median over up to three sentences; "
+             "1 = its top prediction) before the dictionary stage and in the adapted model, and the term's nearest "
+             "neighbours in the adapted model's embeddings.", "",
+             "| term | base pieces | MLM rank before → after | nearest neighbours |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['term']} | {' '.join(r['base_pieces'] or [])} | {rank(r['rank_before'])} → "
+              f"{rank(r['rank_after'])} | {', '.join(r['neighbours'])} |" for r in rows]
+    return [*lines, ""]
 
 
 def _decision(d: dict | None) -> list[str]:
@@ -181,7 +213,7 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
              *([differences_table(differences), ""] if differences else []),
              *([differences_table(story.control_differences), ""] if story.control_differences else []),
-             *_funnel(story), *_stage1(story.vocab), "## Charts", "",
+             *_funnel(story), *_stage1(story.vocab), *_glossary_terms(story.glossary), "## Charts", "",
              *(f"![{p.stem}]({p.name})" for p in images), "",
              "## Run metadata", "", *(f"- **{k}**: `{v}`" for k, v in story.metadata.items()), ""]
     md = "\n".join(lines)

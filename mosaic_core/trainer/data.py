@@ -112,6 +112,26 @@ class PairSet:
         """These examples, with the documents of the table rows ``skip`` marks left out of their negatives."""
         return PairSet(self.table, self.rows, skip)
 
+    def joined(self, other: PairSet) -> PairSet:
+        """These examples, then every example of ``other`` (a table of its own: extra pairs such as a
+        glossary's definition pairs), over one table: ``other``'s rows follow this table's, its
+        negatives moved with them; nothing of either is skipped that was not before. A labelled
+        table gets ``other``'s margins, or NaN for each of its negatives where ``other`` has none."""
+        offset = self.table.num_rows
+        negatives = other.table.column("negatives").combine_chunks()
+        columns = {"query": other.table.column("query"), "document": other.table.column("document"),
+                   "negatives": pa.ListArray.from_arrays(negatives.offsets, pc.add(negatives.values, offset),
+                                                         mask=negatives.is_null())}
+        if self.has_margins:  # none known: NaN, which a margin_mse batch refuses to train on
+            columns[MARGINS.name] = (other.table.column(MARGINS.name) if other.has_margins else pa.array(
+                [[float("nan")] * len(n) for n in other.table.column("negatives").to_pylist()], MARGINS.type))
+        extra = pa.table(columns, schema=self.table.select(list(columns)).schema)
+        table = pa.concat_tables([self.table.select(list(columns)), extra])
+        skip = None if self.skip is None and other.skip is None else np.concatenate([
+            self.skip if self.skip is not None else np.zeros(offset, dtype=bool),
+            other.skip if other.skip is not None else np.zeros(other.table.num_rows, dtype=bool)])
+        return PairSet(table, np.concatenate([self.rows, other.rows + offset]), skip)
+
     def negatives_per_pair(self) -> float:
         """Hard negatives per example, the skipped ones left out (read in blocks of row numbers)."""
         if not self.has_negatives:

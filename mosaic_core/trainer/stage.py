@@ -55,6 +55,9 @@ class StageResult:
     """The step whose model is the stage's output (its best validation NDCG@10), when the stage keeps its best."""
     negatives_per_pair: float = 0.0
     lengths: dict[str, int] = field(default_factory=dict)
+    embeddings_trained: bool = True
+    """Whether the stage trains a weight an embedding is computed from: false for a head-only MLM
+    warm-up, whose model embeds every text as its input model did."""
 
 
 FREQUENCY_SAMPLE = 2000
@@ -190,7 +193,8 @@ def train_stage(input_model: str, data: PairSet | list, stage: StageConfig, out_
         stage.name, str(out_dir), state.step, len(data), time.perf_counter() - t0, state.resumed_from,
         parts.head_loaded, window_means(state.window) if state.window else {},
         state.evals, 0 if parts.domain_ids is None else len(parts.domain_ids), parts.world, stop_reason, target,
-        reference, best_step, data.negatives_per_pair(), asdict(parts.lengths))
+        reference, best_step, data.negatives_per_pair(), asdict(parts.lengths),
+        stage.kind != "mlm" or stage.mlm_rows)
     if parts.rank == 0:
         _write_outputs(parts, resolved, input_model, stage, fingerprint, result, out_dir)
     return result

@@ -36,13 +36,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from mosaic_core.config import PromptsConfig, VocabConfig
+from mosaic_core.data.glossary import GlossaryEntry
 from mosaic_core.modeling.card import facts, render
 from mosaic_core.modeling.encode import max_positions, read_st_pooling
 from mosaic_core.modeling.heads import masked_lm_with_head
@@ -51,6 +52,7 @@ from mosaic_core.modeling.prompts import declare_prompts, resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.modeling.sparse import convert_to_sparse
 from mosaic_core.versioning import runtime
+from mosaic_core.vocab.define import GlossaryTerms, define_rows, glossary_candidates
 from mosaic_core.vocab.distill import distill_rows, drift, token_costs, token_drift
 from mosaic_core.vocab.reduce import reduce_vocabulary
 from mosaic_core.vocab.report import VocabReport
@@ -83,10 +85,12 @@ PRUNE_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # the trade-off a pruned stage 1 repor
 
 
 def select_with_table(spec: VocabSpec, state: dict, candidates: dict[str, list[str]], counts, held, first_id: int,
-                      domain_state: dict, cfg: VocabConfig) -> tuple[Selection, list[dict], Selector]:
+                      domain_state: dict, cfg: VocabConfig, floors: dict[str, int] | None = None,
+                      ) -> tuple[Selection, list[dict], Selector]:
     """(the selection at ``cfg.min_count`` (and ``cfg.max_tokens``), for every threshold of the
-    ladder the tokens added and the held-out fertility they give, the selector), from one climb."""
-    selector = Selector(spec, state, counts, first_id, domain_state)
+    ladder the tokens added and the held-out fertility they give, the selector), from one climb;
+    ``floors``: token → the most uses it needs whatever the threshold (glossary terms)."""
+    selector = Selector(spec, state, counts, first_id, domain_state, floors=floors)
     rows, chosen = [], None
     for step in selector.ladder(candidates, sorted({*LADDER, cfg.min_count})):
         trial = copy.deepcopy(state)
@@ -127,13 +131,13 @@ def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new
 
 
 def _reduce_then_expand(texts: Sequence[str], out_dir: Path, cfg: VocabConfig, reduce_texts: Sequence[str],
-                        progress: bool, corpus_texts: int | None) -> VocabReport:
+                        progress: bool, corpus_texts: int | None, glossary: GlossaryTerms | None) -> VocabReport:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".reduced-") as reduced_dir:
         reduction = reduce_vocabulary(cfg.base_model, reduce_texts, Path(reduced_dir))
         prompts = resolve_prompts(resolve_model(cfg.base_model), cfg.prompts)  # the base's, not the copy's
         report = build_expanded_model(texts, out_dir, cfg.model_copy(update={
             "base_model": reduced_dir, "prompts": PromptsConfig(**prompts.as_dict())}), progress=progress,
-            corpus_texts=corpus_texts)
+            corpus_texts=corpus_texts, glossary=glossary)
     report.reduction, report.base_model = asdict(reduction), cfg.base_model
     write_vocab_report(out_dir, report.to_json(), report.to_markdown())
     write_card(out_dir, render(facts(str(out_dir), "its domain corpus")))
@@ -168,6 +172,11 @@ class VocabPlan:
     thresholds: list[dict]
     held: Counter
     selector: Selector
+    glossary: dict[str, GlossaryEntry] = field(default_factory=dict)
+    """The candidates that are one-word glossary names → their entry: selected on their own
+    evidence (``GlossaryTerms.min_count``), never pruned."""
+    define_steps: int = 0
+    """Steps that learn the selected glossary tokens' rows from their definitions (:func:`define_rows`)."""
 
 
 def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str]]:
@@ -176,20 +185,27 @@ def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str
 
 
 def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout: list[str], rows: int,
-                    cfg: VocabConfig, clock: _Clock) -> VocabPlan:
-    """Train the domain tokenizer on ``train`` and select its tokens by their evidence."""
+                    cfg: VocabConfig, clock: _Clock, glossary: GlossaryTerms | None = None) -> VocabPlan:
+    """Train the domain tokenizer on ``train`` and select its tokens by their evidence; a
+    glossary's one-word names that the base splits are candidates too, on evidence of their own."""
     state = tokenizer_state(base_tok)
     spec = spec_of(state)  # before training: an unsupported kind fails at once
     counts = word_counts(base_tok, train)
     domain = train_domain_tokenizer(base_tok, train, cfg.vocab_size or len(base_tok), cfg.min_frequency, counts)
     candidates, skipped = candidate_tokens(spec, base_tok, domain)
+    named = glossary_candidates(spec, base_tok, glossary) if glossary else {}
+    if named:  # in the candidates' stable order: shortest first, then by the token
+        candidates = dict(sorted({**candidates, **{t: p for t, (p, _) in named.items()}}.items(),
+                                 key=lambda kv: (len(kv[0]), kv[0])))
     clock.lap("domain tokenizer")
     first_id = max(next_free_id(state), rows)  # padded matrices: never reuse a row
     held = word_counts(base_tok, heldout)
+    floors = dict.fromkeys(named, glossary.min_count) if named else None
     chosen, thresholds, selector = select_with_table(spec, state, candidates, counts, held, first_id,
-                                                     tokenizer_state(domain), cfg)
+                                                     tokenizer_state(domain), cfg, floors)
     clock.lap("selection")
-    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector)
+    return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector,
+                     {t: e for t, (_, e) in named.items()}, glossary.define_steps if glossary else 0)
 
 
 @dataclass
@@ -219,6 +235,8 @@ class Drifts:
     distilled: dict | None = None
     final: dict | None = None
     per_token: dict | None = None
+    defined: dict | None = None
+    """The glossary rows learnt from their definitions (:func:`define_rows`'s record)."""
 
 
 def _distill(x: Expansion, texts: tuple[list[str], list[str]], cfg: VocabConfig, out_dir: Path, progress: bool,
@@ -239,10 +257,12 @@ def prune_selection(plan: VocabPlan, costs: dict[str, dict], share: float,
                     cfg: VocabConfig) -> tuple[Selection, list[str]]:
     """(the selection without the ``share`` of its tokens that cost the most per piece saved,
     settled again; those tokens, costliest first). ``costs``: token → :func:`token_costs`'s
-    entry; a token with no measured cost is kept. Deterministic: ties break on the token."""
+    entry; a token with no measured cost is kept, and so is a glossary term (the share is of the
+    others). Deterministic: ties break on the token."""
     chosen = plan.chosen
-    ranked = sorted((t for t in chosen.tokens if t in costs), key=lambda t: (-costs[t]["cost"], t))
-    drop = ranked[: round(share * len(chosen.tokens))]
+    prunable = [t for t in chosen.tokens if t not in plan.glossary]  # a glossary term is never pruned
+    ranked = sorted((t for t in prunable if t in costs), key=lambda t: (-costs[t]["cost"], t))
+    drop = ranked[: round(share * len(prunable))]
     start = Selection({t: p for t, p in chosen.tokens.items() if t not in set(drop)},
                       {**chosen.rejected, **dict.fromkeys(drop, "costly")},
                       {**chosen.rejected_uses, **{t: chosen.uses[t] for t in drop}}, {}, {}, chosen.iterations,
@@ -325,6 +345,12 @@ def _rows(plan: VocabPlan, x: Expansion, texts: tuple[list[str], list[str]], cfg
         clock.lap("pruning")
     elif x.new_ids and drifts.distilled:
         drifts.final = x.drift(heldout, length)
+    defined = {i: plan.glossary[t] for t, i in zip(x.entries, x.new_ids, strict=True) if t in plan.glossary}
+    if defined and plan.define_steps:
+        drifts.defined = define_rows(x.encoder, x.pooling, x.base_tok, x.expanded, defined, texts[0], cfg.distill,
+                                     plan.define_steps)
+        drifts.final = x.drift(heldout, length)
+        clock.lap("glossary rows")
     drifts.per_token = token_drift(x.encoder, x.pooling, x.base_tok, x.expanded, heldout, length, plan.first_id)
     clock.lap("drift per token")
     return drifts, pruned, x
@@ -349,12 +375,26 @@ def _report(plan: VocabPlan, x: Expansion, cfg: VocabConfig, drifts: Drifts, pru
         heldout_words=words, fertility_before=fert_before, fertility_after=fert_after,
         single_token_share_before=single_before, single_token_share_after=single_after, init=cfg.init,
         distill=drifts.distilled, drift_mean_init=drifts.mean_init, drift=drifts.final or drifts.mean_init,
-        token_drift=drifts.per_token, pruned=pruned, seconds=clock.laps, seed=cfg.distill.seed, runtime=runtime())
+        token_drift=drifts.per_token, pruned=pruned, seconds=clock.laps, seed=cfg.distill.seed, runtime=runtime(),
+        glossary=_glossary_record(plan, entries, drifts.defined) if plan.glossary else None)
+
+
+def _glossary_record(plan: VocabPlan, entries: dict[str, list[str]], defined: dict | None) -> dict:
+    """What stage 1 did with the glossary's one-word names: each one the base splits, added (with
+    its base pieces and uses) or rejected (with the reason), and how their rows were learnt."""
+    chosen = plan.chosen
+    return {"candidates": len(plan.glossary),
+            "added": [{"token": t, "term": e.term, "base_pieces": entries[t], "uses": chosen.uses.get(t, 0)}
+                      for t, e in sorted(plan.glossary.items()) if t in entries],
+            "rejected": [{"token": t, "term": e.term, "reason": chosen.rejected.get(t, "no_merge_chain"),
+                          "uses": chosen.rejected_uses.get(t, 0)}
+                         for t, e in sorted(plan.glossary.items()) if t not in entries],
+            "defined": defined}
 
 
 def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
                          reduce_texts: Sequence[str] | None = None, progress: bool = False,
-                         corpus_texts: int | None = None) -> VocabReport:
+                         corpus_texts: int | None = None, glossary: GlossaryTerms | None = None) -> VocabReport:
     """Stage 1 end to end: train the domain tokenizer, select its tokens by evidence, expand the
     tokenizer and the embeddings, initialise the new rows (mean of pieces, then distilled),
     save, report.
@@ -364,13 +404,15 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     (:mod:`mosaic_core.modeling.modeldir`). With ``reduce_texts`` the base vocabulary is first reduced
     to the rows those texts use (:func:`reduce_vocabulary`), then expanded. ``corpus_texts``: how
     many texts the corpus had when ``texts`` is a sample of it (:mod:`mosaic_core.vocab.sample`).
+    ``glossary``: its one-word terms are candidates on evidence of their own, never pruned, their
+    rows learnt from their definitions (:mod:`mosaic_core.vocab.define`).
     """
     from sentence_transformers import SentenceTransformer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if reduce_texts is not None:
-        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress, corpus_texts)
+        return _reduce_then_expand(texts, out_dir, cfg, reduce_texts, progress, corpus_texts, glossary)
     clock = _Clock()
     st = SentenceTransformer(resolve_model(cfg.base_model), device="cpu")
     transformer, base_tok = st[0], st[0].tokenizer
@@ -378,7 +420,8 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     train, heldout = split_heldout(texts, cfg.heldout_every)
     if not train:
         raise ValueError("the domain corpus is empty: nothing to train a tokenizer on")
-    plan = plan_vocabulary(base_tok, train, heldout, encoder.get_input_embeddings().weight.shape[0], cfg, clock)
+    plan = plan_vocabulary(base_tok, train, heldout, encoder.get_input_embeddings().weight.shape[0], cfg, clock,
+                           glossary)
     expanded, entries = expand_tokenizer(base_tok, plan.spec, plan.chosen.tokens, plan.first_id, plan.domain,
                                          out_dir)
     new_ids = expanded.convert_tokens_to_ids(list(entries))

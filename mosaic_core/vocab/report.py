@@ -44,6 +44,8 @@ class VocabReport:
     corpus: dict | None = None  # {"texts": the corpus's, "sampled": stage 1's sample of them}
     seed: int | None = None
     runtime: dict = field(default_factory=dict)
+    glossary: dict | None = None
+    """The glossary's one-word names the base splits: added or rejected, their rows' learning."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -140,13 +140,19 @@ class Selector:
     """Runs the selection on one corpus: ``counts`` (word → count) segmented once by the base."""
 
     def __init__(self, spec, state: dict, counts: Counter, first_id: int, domain_state: dict,
-                 max_iterations: int = 100):
+                 max_iterations: int = 100, floors: dict[str, int] | None = None):
         self.is_word = has_letter(state)
         self.spec, self.state, self.counts = spec, state, counts
         self.first_id, self.domain_state = first_id, domain_state
         self.words = sorted(counts)
         self.base = Segmenter(state)(self.words)
         self.max_iterations = max_iterations
+        self.floors = floors or {}
+        """Token → the most uses it ever needs (a glossary term's evidence of its own), whatever ``min_count``."""
+
+    def needs(self, token: str, min_count: int) -> int:
+        """The uses ``token`` needs to stay at threshold ``min_count``."""
+        return min(min_count, self.floors.get(token, min_count))
 
     def evidence(self, chosen: dict[str, list[str]]) -> Evidence:
         trial = copy.deepcopy(self.state)
@@ -164,7 +170,7 @@ class Selector:
                 raise RuntimeError(f"token selection did not settle in {self.max_iterations} iterations")
             ev = self.evidence(chosen)
             drop = {t: "no_saving" if ev.saves_nothing(t) else "rare" for t in chosen
-                    if ev.saves_nothing(t) or ev.uses[t] < min_count}
+                    if ev.saves_nothing(t) or ev.uses[t] < self.needs(t, min_count)}
             if not drop and max_tokens is not None and len(chosen) > max_tokens:
                 ranked = sorted(chosen, key=lambda t: (-ev.saved[t], t))
                 drop = {t: "cap" for t in ranked[max_tokens:]}

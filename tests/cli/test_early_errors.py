@@ -82,3 +82,17 @@ def test_a_teacher_that_is_no_cross_encoder_is_reported_before_any_server_starts
                             str(tmp_path / "out"), "--set", "objective=margin_mse", "--set", f"teacher={teacher}")
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert "a model of 2 labels; a cross-encoder scoring relevance has one" in said
+
+
+def test_a_file_that_is_no_glossary_is_reported_before_any_server_starts(tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"renal outcome {i} of the new treatment",
+                                         "document": f"We studied the kidneys of patient {i} " * 4}) + "\n"
+                             for i in range(300)))
+    outcome, said = _mosaic("run", "--pairs", str(pairs), "--glossary", str(pairs), "--base-model",
+                            "offline:all-MiniLM-L6-v2", "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert f"{pairs}: no column 'term' or 'definition'" in " ".join(said.split())
+    outcome, said = _mosaic("run", "--glossary", str(tmp_path / "missing.jsonl"), "--data-root", str(tmp_path / "r"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "missing.jsonl" in said and "no such file" in said

@@ -106,3 +106,28 @@ def test_margin_mse_stages_refuse_what_they_cannot_train(fields, why):
     stage = StageConfig(name="gpl", kind="contrastive", objective="margin_mse", teacher="ce", hard_negatives=1)
     control = TrainConfig(stages=(stage,)).control().stages[0]
     assert (control.objective, control.teacher) == ("margin_mse", "ce")  # the control trains the same recipe
+
+
+def test_a_glossary_adds_its_dictionary_stage_after_the_warm_up_and_its_pairs_to_both_arms():
+    cfg = PipelineConfig.load({"glossary": {"path": "g.jsonl", "dictionary": {"epochs": 3, "lr": 1e-3}}})
+    train = cfg.training("/root/glossary/dictionary.jsonl", 100, "/root/glossary/definition_pairs.jsonl")
+    d = train.dictionary
+    assert (d.kind, d.pairs, d.max_steps, d.lr, d.mlm_rows, d.mlm_probability) == (
+        "mlm", "/root/glossary/dictionary.jsonl", 19, 1e-3, True, 0.5)  # 3 passes over 100 texts, 16 a step
+    assert cfg.training("d", 100_000, "p").dictionary.max_steps == 1000  # at most its max_steps
+    assert train.extra_pairs == "/root/glossary/definition_pairs.jsonl"
+    staged = train.with_warmup(input_has_head=False).with_dictionary()
+    assert [s.name for s in staged.stages] == ["mlm", "dictionary", "joint", "contrastive"]
+    assert train.data_for(d).heldout_pairs == 0 and train.data_for(d).extra_pairs is None  # its own texts, whole
+    assert train.data_for(staged.stages[2]) is train
+    control = train.control()
+    assert control.dictionary is None and control.extra_pairs == train.extra_pairs  # the same text, no MLM
+    assert control.stages[0].max_steps == cfg.train.control().stages[0].max_steps  # the dictionary adds no steps
+    off = PipelineConfig.load({"glossary": {"path": "g.jsonl", "dictionary": {"epochs": 0}, "definition_pairs": 0}})
+    assert off.training("d", 9, "p").dictionary is None and off.training("d", 9, "p").extra_pairs is None
+    assert PipelineConfig().training("d", 9, "p") == PipelineConfig().train  # no glossary: the run as it was
+
+
+def test_a_dictionary_template_must_name_the_term_and_its_definition():
+    with pytest.raises(ValueError, match="must hold both"):
+        PipelineConfig.load({"glossary": {"path": "g.jsonl", "dictionary": {"templates": ["{term} alone"]}}})

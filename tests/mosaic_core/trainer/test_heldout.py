@@ -147,3 +147,20 @@ def test_the_validation_task_is_the_retrieval_a_stage_validates_on():
     assert n == 400 and RetrievalProbe.with_distractors(held, distractors) == probe
     test, _, _ = heldout_split(data.table.to_batches, 30, 50)
     assert not set(test) & set(held)  # the test pairs are never the validation pairs
+
+
+def test_extra_pairs_join_the_training_pairs_and_keep_their_own_negatives():
+    rows = rows_with_negatives()
+    data = PairSet.of(rows)
+    train, _ = split_examples(data, data.table.to_batches, 6, 6, 20)
+    extra = PairSet.of([("zorvatide", "a drug"), ("What is keltrase?", "an enzyme", "a drug")])
+    joined = train.joined(extra)
+    assert len(joined) == len(train) + 2
+    assert [joined.example(i) for i in range(len(train))] == [train.example(i) for i in range(len(train))]
+    assert joined.example(len(train)) == ("zorvatide", "a drug")
+    assert joined.example(len(train) + 1) == ("What is keltrase?", "an enzyme", "a drug")  # moved with its rows
+    assert joined.skip[: data.table.num_rows].tolist() == train.skip.tolist()  # held-out documents still skipped
+    labelled = PairSet(data.table.append_column("margins", pa.array(
+        [[0.5] * len(n) for n in data.table.column("negatives").to_pylist()], pa.list_(pa.float32()))))
+    margins = labelled.joined(extra).margins(len(labelled) + 1)  # no teacher margins for the extra pairs: NaN
+    assert len(margins) == 1 and np.isnan(margins[0])
