@@ -64,6 +64,10 @@ def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_pa
     stage1 = json.loads((root / "models" / "stage1" / "vocab_report.json").read_text())
     assert stage1["pruned"]["share"] == VocabConfig().prune > 0 and stage1["rejected"]["costly"] > 0  # the default
     assert {a["token"] for a in stage1["glossary"]["added"]} == set(WORDS)  # every invented word, never pruned
+    report = (root / "report" / "report.md").read_text()
+    assert "Glossary: 24 one-word terms the base tokenizer splits; **24 added**" in report
+    terms = report.split("## Glossary terms")[1].split("\n## ")[0]
+    assert sum(line.split(" | ")[0].lstrip("| ") in WORDS for line in terms.splitlines()) == 12  # the most used
 
     assert pickles(root) == []  # whoever can write the root cannot make the next cached run execute code
 

@@ -7,7 +7,7 @@ import pytest
 from builders import shared_data
 from mosaic_core.config import DictionaryConfig
 from mosaic_core.data.glossary import (GlossaryEntry, NotAGlossary, dedupe, definition_pairs, dictionary_texts,
-                                       glossary_entry, mesh_entries, single_words)
+                                       glossary_entry, mesh_entries, single_words, used_entries)
 
 MESH = b"""<?xml version="1.0"?>
 <!DOCTYPE DescriptorRecordSet SYSTEM "desc2025.dtd">
@@ -107,3 +107,11 @@ def test_the_real_mesh_extract_reads():
     assert len(entries) > 1000
     asthma = next(e for e in entries if e.term == "Asthma")
     assert "airway" in asthma.definition.lower() and "Bronchial Asthma" in asthma.synonyms
+
+
+def test_used_entries_are_those_the_texts_name_as_whole_words():
+    entries = [GlossaryEntry("Atrial Fibrillation", "x", ("AF",)), GlossaryEntry("zorvatide", "y"),
+               GlossaryEntry("Fibrillation", "z"), GlossaryEntry("keltrase", "w")]
+    texts = ["Patients with atrial fibrillation were seen.", "No keltrases here, nor zorvatides."]
+    assert used_entries(entries, texts) == entries[:1] + entries[2:3]  # plurals are other words
+    assert used_entries(entries, ["An AF episode."]) == entries[:1]  # by a synonym
