@@ -16,6 +16,6 @@ import flows  # noqa: E402, F401
 from cli.common import app, main  # noqa: E402
 
 # The command groups, in the order ``mosaic --help`` lists them; each registers on ``app``.
-from cli import data, vocab, train, evaluate, publish, export, pipeline  # noqa: E402, F401
+from cli import data, vocab, train, evaluate, publish, export, pipeline, rebuild  # noqa: E402, F401
 
 __all__ = ["app", "main"]

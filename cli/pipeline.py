@@ -1,4 +1,4 @@
-"""``mosaic run`` and ``mosaic serve``: the whole pipeline, once or as the scheduled rebuild."""
+"""``mosaic run``: the whole pipeline, once (``cli.rebuild`` serves it as the scheduled rebuild)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from cli.common import (DataRoot, DocumentPrompt, InputProblem, QueryPrompt, Wai
 from cli.data import _print_stats
 from cli.tracking import MlflowUri, mlflow_tracking, print_tracking
 from cli.train import _print_stages
-from deployments import DEFAULT_CRON
 
 
 def _pipeline_config(config: Path):
@@ -28,32 +27,6 @@ def _pipeline_config(config: Path):
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as exc:
         console.print(f"[red]invalid pipeline config {escape(str(config))}:[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from exc
-
-
-@app.command()
-def serve(
-    data_root: DataRoot = Path("mosaic-data"),
-    config: Annotated[Optional[Path], typer.Option(
-        "--config", "-c", help="Pipeline YAML of the rebuilds (default: the built-in demo).")] = None,
-    cron: Annotated[str, typer.Option(help="Schedule of the rebuild (cron, UTC); '' for manual runs only.")
-                    ] = DEFAULT_CRON,
-) -> None:
-    """Serve the `rebuild` deployment: on each scheduled (or UI-triggered) run it lists the
-    snapshot source and runs the pipeline only if files were added or changed.
-
-    Needs a Prefect API: start one with `prefect server start` (UI at http://127.0.0.1:4200)
-    and `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`. Runs in this process
-    until interrupted; trigger a run from the UI (Deployments → rebuild/rebuild → Run) or with
-    `prefect deployment run rebuild/rebuild`.
-    """
-    from prefect import serve as prefect_serve
-
-    from deployments.rebuild import rebuild_deployment
-
-    config_file = str(config.expanduser().resolve()) if config else None
-    if config:
-        _pipeline_config(config)  # validated before anything is registered
-    prefect_serve(rebuild_deployment(config_file, str(data_root.expanduser().resolve()), cron or None))
 
 
 def _with_prompts(cfg, prompts: dict):

@@ -6,12 +6,13 @@ from deployments import DEFAULT_CRON
 from flows.rebuild import rebuild
 
 
-def rebuild_deployment(config_file: str | None, data_root: str, cron: str | None = DEFAULT_CRON):
-    """A ``RunnerDeployment`` of :func:`flows.rebuild.rebuild` (for ``prefect.serve``)."""
+def rebuild_deployment(config_file: str | None, data_root: str, cron: str | None = DEFAULT_CRON,
+                       name: str = "rebuild"):
+    """A ``RunnerDeployment`` ``rebuild/name`` of :func:`flows.rebuild.rebuild` (for ``prefect.serve``)."""
     return rebuild.to_deployment(
-        name="rebuild",
+        name=name,
         cron=cron,
         parameters={"config_file": config_file, "data_root": data_root, "force": False},
-        description="Rebuild the adapted model when the snapshot source has new files.",
+        description=f"Rebuild the adapted model of {data_root} when the snapshot source has new files.",
         tags=["mosaic"],
     )

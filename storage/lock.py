@@ -34,6 +34,7 @@ from storage.space import WRITTEN
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".mosaic.lock"
+SERVE_LOCK_FILE = ".mosaic-serve.lock"
 POLL_S = 0.5
 
 
@@ -103,9 +104,10 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def _acquire(root: Path, command: str, wait: float | None) -> int:
+def _acquire(root: Path, command: str, wait: float | None, lock_file: str = LOCK_FILE,
+             advice: str = "use --wait, or stop it") -> int:
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(root / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = None if wait is None else time.monotonic() + wait
     announced = False
     try:
@@ -117,8 +119,7 @@ def _acquire(root: Path, command: str, wait: float | None) -> int:
                 record = _read_fd(fd)
                 if deadline is not None and time.monotonic() >= deadline:
                     waited = f" (waited {wait:.0f} s)" if wait else ""
-                    raise RootBusy(f"data root {root} is in use by {describe(record)}{waited}; use --wait, or stop "
-                                   "it") from None
+                    raise RootBusy(f"data root {root} is in use by {describe(record)}{waited}; {advice}") from None
                 if not announced:
                     log.warning("data root %s is in use by %s: waiting for it", root, describe(record))
                     announced = True
@@ -188,3 +189,20 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0) -
         if done:
             _release(held.fd)
 
+
+
+@contextmanager
+def serve_lock(root: str | Path, command: str) -> Iterator[Path]:
+    """Held by the one ``mosaic serve`` of ``root`` while it serves (``ROOT/.mosaic-serve.lock``,
+    taken and released by the kernel as the writer lock is, so a killed serve holds nothing): a
+    second serve of the same root raises :class:`RootBusy` naming the first. Not the writer
+    lock: a served run takes that one, in a process of its own, only while it writes."""
+    path = _root(root)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"data root {path} is a file: pass a folder (it is created if missing)")
+    fd = _acquire(path, command, 0.0, SERVE_LOCK_FILE,
+                  "stop it first, or trigger a run of the deployment it serves")
+    try:
+        yield path
+    finally:
+        _release(fd)

@@ -1,15 +1,17 @@
 """A wrong config, a busy data root and a pairs source too small for a run are reported before
 the command's Prefect server starts and before torch is imported: in about a second, not after
-the flow's imports and the server's start-up."""
+the flow's imports and the server's start-up. `mosaic serve` reports a wrong config, a source
+that does not answer and a data root another serve holds before it loads Prefect's runner."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from storage.lock import root_lock
+from storage.lock import root_lock, serve_lock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,14 +26,18 @@ try:
     main()
 except SystemExit as end:
     code = end.code
-print(json.dumps({"code": code, "server": bool(started), "torch": "torch" in sys.modules}))
+print(json.dumps({"code": code, "server": bool(started), "torch": "torch" in sys.modules,
+                  "runner": "prefect.runner" in sys.modules}))
 """
 
 
-def _mosaic(*args: str) -> tuple[dict, str]:
+def _mosaic(*args: str, env: dict | None = None) -> tuple[dict, str]:
+    """({code, server, torch}, stderr) of ``mosaic ARGS``; refused before Prefect's runner loaded."""
     done = subprocess.run([sys.executable, "-c", _COMMAND, *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+                          timeout=120, env={**os.environ, **(env or {})})
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not outcome.pop("runner"), done.stderr
+    return outcome, done.stderr
 
 
 def test_a_wrong_config_is_reported_before_any_server_starts(tmp_path):
@@ -96,3 +102,28 @@ def test_a_file_that_is_no_glossary_is_reported_before_any_server_starts(tmp_pat
     outcome, said = _mosaic("run", "--glossary", str(tmp_path / "missing.jsonl"), "--data-root", str(tmp_path / "r"))
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert "missing.jsonl" in said and "no such file" in said
+
+
+def test_serve_refuses_a_wrong_config_a_silent_source_and_a_served_root_first(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {batch_size: -1}\n")
+    outcome, said = _mosaic("serve", "--config", str(bad), "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "invalid pipeline config" in said and "batch_size" in said
+    models = "base_model: offline:all-MiniLM-L6-v2\nfilter: {model: offline:all-MiniLM-L6-v2}\n"
+    for source, expected in (("http://127.0.0.1:9/pubmed/", "GET http://127.0.0.1:9/pubmed/baseline/"),
+                             (str(tmp_path / "no-such-folder"), "neither an existing file/directory")):
+        config = tmp_path / "pipeline.yaml"
+        config.write_text(f"source: {{kind: pubmed, source: '{source}'}}\n{models}")
+        outcome, said = _mosaic("serve", "--config", str(config), "--data-root", str(tmp_path / "root"))
+        assert outcome == {"code": 2, "server": False, "torch": False}
+        assert "source.source of" in said and expected in " ".join(said.split())
+    with serve_lock(tmp_path / "root", "mosaic serve (deployment rebuild/root-1234abcd)"):
+        outcome, said = _mosaic("serve", "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 3, "server": False, "torch": False}
+    assert "in use by `mosaic serve (deployment rebuild/root-1234abcd)`" in " ".join(said.split())
+
+    outcome, said = _mosaic("serve", "--data-root", str(tmp_path / "root"),
+                            env={"PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert "the Prefect API http://127.0.0.1:9/api does not answer" in " ".join(said.split())

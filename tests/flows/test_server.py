@@ -1,6 +1,7 @@
-"""A real `prefect server` on 127.0.0.1: the served `rebuild` deployment triggered through the
-API runs to completion with its task runs and artifacts visible; the work-pool deployment
-file registers against the same server."""
+"""A real `prefect server` on 127.0.0.1: each data root's served `rebuild` deployment is its own
+(two serves side by side, one stopped, the other unchanged); a served deployment triggered
+through the API runs to completion with its task runs and artifacts visible; the work-pool
+deployment file registers against the same server."""
 
 import json
 import os
@@ -46,12 +47,14 @@ def _post(url: str, body: dict) -> list[dict]:
         return json.loads(response.read())
 
 
-@pytest.fixture
-def prefect_server(tmp_path):
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """(URL, environment of a client of it) of one real server for this module's tests."""
+    home = tmp_path_factory.mktemp("prefect-server")
     port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    env = {**os.environ, "PREFECT_HOME": str(home / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
-    log = tmp_path / "server.log"
+    log = home / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -63,6 +66,66 @@ def prefect_server(tmp_path):
         proc.wait(30)
 
 
+def _serve(root: Path, log: Path, env: dict, *args: str) -> subprocess.Popen:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        return subprocess.Popen([str(BIN / "mosaic"), "serve", "-d", str(root), *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=root.parent)
+
+
+def _polled(client, name: str, serve: subprocess.Popen, log: Path, seconds: float = 180):
+    """Deployment ``rebuild/name`` once its serve has polled it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            deployment = client.read_deployment_by_name(f"rebuild/{name}")
+            if deployment.last_polled is not None:
+                return deployment
+        except Exception:
+            pass
+        if time.monotonic() > deadline or serve.poll() is not None:
+            raise RuntimeError(log.read_text()[-3000:])
+        time.sleep(1)
+
+
+def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, prefect_server):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments import deployment_name
+
+    url, env = prefect_server
+    roots = {key: tmp_path / key / "mosaic-data" for key in ("a", "b")}  # one folder name, two paths
+    names = {key: deployment_name(root) for key, root in roots.items()}
+    assert names["a"] != names["b"] and all(n.startswith("mosaic-data-") for n in names.values())
+    serves = {key: _serve(root, tmp_path / f"serve-{key}.log", env) for key, root in roots.items()}
+    try:
+        with temporary_settings({PREFECT_API_URL: f"{url}/api"}), get_client(sync_client=True) as client:
+            served = {key: _polled(client, names[key], serves[key], tmp_path / f"serve-{key}.log") for key in roots}
+            assert {key: d.parameters["data_root"] for key, d in served.items()} == {
+                key: str(root) for key, root in roots.items()}
+            again = subprocess.run([str(BIN / "mosaic"), "serve", "-d", str(roots["a"])], env=env,
+                                   capture_output=True, text=True, timeout=120)
+            assert again.returncode == 3, again.stderr
+            assert f"in use by `mosaic serve (deployment rebuild/{names['a']})`" in " ".join(again.stderr.split())
+            taken = subprocess.run([str(BIN / "mosaic"), "serve", "-d", str(tmp_path / "c"), "--name", names["b"]],
+                                   env=env, capture_output=True, text=True, timeout=120)
+            assert taken.returncode == 2, taken.stderr
+            assert f"is served for data root {roots['b']}" in " ".join(taken.stderr.split())
+
+            serves["a"].terminate()
+            assert serves["a"].wait(60) == 0
+            stopped, other = (client.read_deployment_by_name(f"rebuild/{names[key]}") for key in ("a", "b"))
+            assert stopped.paused and not other.paused
+            assert other.parameters == served["b"].parameters
+            assert [s.schedule.cron for s in other.schedules] == [DEFAULT_CRON] and other.schedules[0].active
+            assert serves["b"].poll() is None
+    finally:
+        for serve in serves.values():
+            serve.terminate()
+            serve.wait(30)
+
+
 def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(tmp_path, prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -70,27 +133,20 @@ def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from deployments import deployment_name
+
     url, env = prefect_server
     src = tmp_path / "snapshot"
     write_xml(src / "pubmed26n0001.xml.gz", pubmed_xml(varied_articles(1, 16)))
     config = tiny_pipeline_yaml(tmp_path / "pipeline.yaml", str(src), str(tiny_bert(tmp_path / "base")))
     log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        serve = subprocess.Popen([str(BIN / "mosaic"), "serve", "-d", str(tmp_path / "root"), "--config", str(config),
-                                  "--cron", ""], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    serve = _serve(tmp_path / "root", log, env, "--config", str(config), "--cron", "")
+    name = deployment_name(tmp_path / "root")
     try:
         with temporary_settings({PREFECT_API_URL: f"{url}/api"}), get_client(sync_client=True) as client:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    deployment = client.read_deployment_by_name("rebuild/rebuild")
-                    break
-                except Exception:
-                    if time.monotonic() > deadline or serve.poll() is not None:
-                        raise RuntimeError(log.read_text()[-3000:]) from None
-                    time.sleep(1)
+            deployment = _polled(client, name, serve, log)
             assert set(deployment.parameters) == {"config_file", "data_root", "force"}
-            run = run_deployment("rebuild/rebuild", timeout=420, poll_interval=2)
+            run = run_deployment(f"rebuild/{name}", timeout=420, poll_interval=2)
             assert run.state.is_completed(), (run.state, log.read_text()[-3000:])
             tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])), limit=200,
                                           sort=TaskRunSort.EXPECTED_START_TIME_ASC)
