@@ -1,8 +1,10 @@
-"""``mosaic serve``: the scheduled rebuild as a Prefect deployment, one per data root.
+"""``mosaic serve`` and ``mosaic deploy``: the scheduled rebuild as a Prefect deployment, one per
+data root, run by this process or by the workers of a work pool.
 
-Everything a serve can find wrong — its config, its source, a serve already running for its
-data root, a Prefect API that does not answer, a deployment of its name that another serve
-holds — is reported before Prefect's runner (and the flows' imports, torch's among them) load.
+Everything either can find wrong — its config, its source, a serve already running for its
+data root, a Prefect API that does not answer, a missing work pool, a deployment of its name
+that another serve holds — is reported before the deployment is registered, and a serve's
+before Prefect's runner (and the flows' imports, torch's among them) load.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import DataRoot, InputProblem, _folder, app, console
+from cli.common import DataRoot, InputProblem, _folder, app, console, out_console
 from cli.pipeline import _check_inputs, _pipeline_config
 from deployments import DEFAULT_CRON, FLOW_NAME, deployment_name
 
@@ -74,9 +76,10 @@ def _live_serve(deployment) -> float | None:
     return age.total_seconds() if age < timedelta(seconds=LIVE_POLL_S) else None
 
 
-def _check_free(name: str, root: str) -> None:
-    """Refuse ``rebuild/name`` when it belongs to another data root's live serve or to a work pool;
-    one of this data root (its serve lock is ours: that serve is gone) is taken over."""
+def _check_free(name: str, root: str, pool: str | None = None) -> None:
+    """Refuse ``rebuild/name`` when a live serve holds it (another data root's, for a serve: this
+    root's serve lock is ours, so one of this root is gone), or, for a serve (``pool`` None),
+    when it runs on a work pool. Anything else is taken over."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
@@ -85,6 +88,11 @@ def _check_free(name: str, root: str) -> None:
             existing = client.read_deployment_by_name(f"{FLOW_NAME}/{name}")
         except ObjectNotFound:
             return
+    if pool is not None:
+        if not existing.work_pool_name and (age := _live_serve(existing)) is not None:
+            raise InputProblem(f"deployment {FLOW_NAME}/{name} is served by a running `mosaic serve` (polled {age:.0f} "
+                               "s ago): stop it first, or deploy under another --name")
+        return
     if existing.work_pool_name:
         raise InputProblem(f"deployment {FLOW_NAME}/{name} runs on work pool {existing.work_pool_name}: serve "
                            f"this one under another --name, or delete that one first (`prefect deployment delete "
@@ -128,3 +136,47 @@ def serve(
 
         console.print(f"serving deployment {FLOW_NAME}/{name} for data root {root}")
         prefect_serve(rebuild_deployment(config_file, root, cron or None, name))
+
+
+def _check_pool(pool: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(pool)
+        except ObjectNotFound:
+            raise InputProblem(f"no work pool {pool} on the Prefect API: create it "
+                               f"(`prefect work-pool create {pool} --type process`)") from None
+
+
+@app.command()
+def deploy(
+    data_root: DataRoot = Path("mosaic-data"),
+    config: Config = None,
+    cron: Cron = DEFAULT_CRON,
+    name: Name = None,
+    pool: Annotated[str, typer.Option(help="The Prefect work pool whose workers run the rebuilds.")
+                    ] = "mosaic-process",
+) -> None:
+    """Register the data root's `rebuild` deployment on a work pool, for a Prefect worker to run
+    instead of a `mosaic serve`: `prefect worker start --pool POOL`, in this environment.
+
+    The same checks as `mosaic serve` (config, models, source, the Prefect API, the deployment's
+    name), and the pool must exist (`prefect work-pool create mosaic-process --type process`).
+    Its runs start in the directory this command ran from (a relative `source:` path is read
+    from there, as `mosaic run` reads it). Registers `rebuild/NAME` with its schedule and
+    parameters through Prefect's client and exits; run it again to change them.
+    """
+    root = _folder(data_root)
+    config_file = _checked_config(config)
+    name = name or deployment_name(root)
+    _prefect_api()
+    _check_pool(pool)
+    _check_free(name, root, pool)
+    from deployments.rebuild import rebuild_deployment
+
+    rebuild_deployment(config_file, root, cron or None, name, pool=pool, working_dir=str(Path.cwd())).apply()
+    out_console().print(f"deployment {FLOW_NAME}/{name} registered on work pool {pool} for data root {root}\n"
+                        f"start a worker: prefect worker start --pool {pool}\n"
+                        f"run it now:     prefect deployment run {FLOW_NAME}/{name}")

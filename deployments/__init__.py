@@ -5,9 +5,8 @@ import re
 from pathlib import Path
 
 DEFAULT_CRON = "0 3 * * *"
-"""Daily at 03:00 UTC: NCBI publishes PubMed update files once a day. ``mosaic serve`` and
-:func:`deployments.rebuild.rebuild_deployment` default to it; ``prefect.yaml`` (static YAML)
-repeats it, and a test keeps the two equal."""
+"""Daily at 03:00 UTC: NCBI publishes PubMed update files once a day. ``mosaic serve``,
+``mosaic deploy`` and :func:`deployments.rebuild.rebuild_deployment` default to it."""
 
 FLOW_NAME = "rebuild"
 """The rebuild flow's name: a deployment is ``rebuild/NAME``."""

@@ -1,7 +1,7 @@
 """A real `prefect server` on 127.0.0.1: each data root's served `rebuild` deployment is its own
 (two serves side by side, one stopped, the other unchanged); a served deployment triggered
 through the API runs to completion with its task runs and artifacts visible; the work-pool
-deployment file registers against the same server."""
+route of the tutorial exits 0 at every command and a worker completes a triggered rebuild."""
 
 import json
 import os
@@ -126,7 +126,7 @@ def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, pr
             serve.wait(30)
 
 
-def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(tmp_path, prefect_server):
+def test_a_served_rebuild_runs_through_the_api(tmp_path, prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
@@ -161,21 +161,55 @@ def test_served_rebuild_runs_through_the_api_and_work_pool_deployment_registers(
             with urllib.request.urlopen(url + "/", timeout=10) as ui:  # the UI is served on loopback
                 assert ui.status == 200 and b"<html" in ui.read().lower()
 
-            pool = subprocess.run([str(BIN / "prefect"), "work-pool", "create", "mosaic-process", "--type", "process"],
-                                  env=env, capture_output=True, text=True)
-            assert pool.returncode == 0, pool.stdout + pool.stderr
-            deploy = subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file",
-                                     "deployments/prefect.yaml", "--all"], env={**env, "MOSAIC_HOME": str(REPO)},
-                                    cwd=REPO, capture_output=True, text=True)
-            # Prefect 3.8.8's CLI then asks for the pool's online workers with null paging fields, which
-            # this server (fastapi < 0.155) rejects with a 422 after the deployment is stored.
-            assert "Deployment 'rebuild/rebuild' successfully created" in deploy.stdout, deploy.stdout + deploy.stderr
-            registered = client.read_deployment_by_name("rebuild/rebuild")
-            assert registered.work_pool_name == "mosaic-process"
-            assert [s.schedule.cron for s in registered.schedules] == [DEFAULT_CRON]
     finally:
         serve.terminate()
         serve.wait(30)
+
+
+def _ok(*command: str, env: dict, cwd: Path) -> str:
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_the_work_pool_route_exits_0_and_a_worker_completes_a_triggered_rebuild(tmp_path, prefect_server):
+    """The tutorial's commands as they are: create the pool, `mosaic deploy`, a worker, a run."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments import deployment_name
+
+    url, env = prefect_server
+    src = tmp_path / "snapshot"
+    write_xml(src / "pubmed26n0001.xml.gz", pubmed_xml(varied_articles(1, 16)))
+    config = tiny_pipeline_yaml(tmp_path / "pipeline.yaml", "snapshot", str(tiny_bert(tmp_path / "base")))
+    name = f"rebuild/{deployment_name(tmp_path / 'root')}"
+    _ok(str(BIN / "prefect"), "work-pool", "create", "mosaic-test-pool", "--type", "process", env=env, cwd=tmp_path)
+    said = _ok(str(BIN / "mosaic"), "deploy", "-d", "root", "--config", str(config), "--pool", "mosaic-test-pool",
+               env=env, cwd=tmp_path)  # the source a relative path, read from here as `mosaic run` reads it
+    assert f"deployment {name} registered on work pool mosaic-test-pool" in said
+    log = tmp_path / "worker.log"
+    with open(log, "w") as out:
+        worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "mosaic-test-pool"], env=env,
+                                  stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        with temporary_settings({PREFECT_API_URL: f"{url}/api"}), get_client(sync_client=True) as client:
+            deployment = client.read_deployment_by_name(name)
+            assert deployment.work_pool_name == "mosaic-test-pool"
+            assert [s.schedule.cron for s in deployment.schedules] == [DEFAULT_CRON]
+            assert deployment.parameters["data_root"] == str(tmp_path / "root")
+            triggered = _ok(str(BIN / "prefect"), "deployment", "run", name, env=env, cwd=tmp_path)
+            run_id = next(line.split()[-1] for line in triggered.splitlines() if "UUID:" in line)
+            deadline = time.monotonic() + 600
+            while not (run := client.read_flow_run(run_id)).state.is_final():
+                assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+                time.sleep(3)
+            assert run.state.is_completed() and run.state.name == "Completed", (run.state, log.read_text()[-3000:])
+            assert (tmp_path / "root" / "state" / "last_snapshot.json").is_file()  # recorded by a whole rebuild
+    finally:
+        worker.terminate()
+        worker.wait(60)
 
 
 _BROKEN_SERVER = """
