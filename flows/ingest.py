@@ -45,17 +45,21 @@ def ingest_flow(cfg: IngestConfig, root: str, progress: bool = True) -> list[Man
             else:
                 ingesting[ingest_file.submit(local, cfg, root)] = partition
         manifests = []
-        bar_id = create_progress_artifact(0.0, key="ingest-progress", description="files ingested")
-        with tqdm(total=len(files), desc="ingest", unit="file", disable=None if progress else True) as bar:
-            bar.update(len(failures))
+        # The artifact counts files itself: a bar off (no terminal) counts nothing.
+        done = len(failures)
+        bar_id = create_progress_artifact(100.0 * done / max(len(files), 1), key="ingest-progress",
+                                          description="files ingested")
+        with tqdm(total=len(files), initial=done, desc="ingest", unit="file",
+                  disable=None if progress else True) as bar:
             for fut in as_completed(list(ingesting)):
                 result = fut.result(raise_on_failure=False)
                 if isinstance(result, BaseException):
                     failures.append(f"{ingesting[fut]}: {result}")
                 else:
                     manifests.append(result)
+                done += 1
                 bar.update(1)
-                update_progress_artifact(bar_id, 100.0 * bar.n / max(len(files), 1))
+                update_progress_artifact(bar_id, 100.0 * done / max(len(files), 1))
         refresh_catalog_task(root)
         create_table_artifact(
             key="ingest-files",

@@ -210,7 +210,7 @@ def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind
     with warnings.catch_warnings():  # mteb 2 calls a method sentence-transformers 6 renamed: not the user's to fix
         warnings.filterwarnings("ignore", message=".*get_sentence_embedding_dimension", category=FutureWarning)
         result = mteb.evaluate(model, [task], cache=None, prediction_folder=work_dir, show_progress_bar=False,
-                               encode_kwargs={"batch_size": batch_size})
+                               encode_kwargs={"batch_size": batch_size, "show_progress_bar": False})  # its search's
     (task_result,) = result.task_results
     split = "test" if "test" in task_result.scores else next(iter(task_result.scores))
     main = task_result.scores[split][0]

@@ -158,6 +158,15 @@ def test_a_served_rebuild_runs_through_the_api(tmp_path, prefect_server):
             assert children and all(c.state.is_completed() for c in children)
             keys = {a["key"] for a in _post(f"{url}/api/artifacts/filter", {"limit": 200, "offset": 0})}
             assert {"rebuild", "pipeline-summary", "evaluation-report", "ingest-files"} <= keys
+            runs = {str(c.id) for c in children} | {str(g.id) for g in client.read_flow_runs(
+                limit=200, sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                flow_run_filter=FlowRunFilter(parent_flow_run_id={"any_": [c.id for c in children]}))}
+            progress = [a["data"] for a in _post(f"{url}/api/artifacts/filter", {
+                "limit": 200, "offset": 0, "artifacts": {"key": {"any_": ["ingest-progress"]}}})
+                if a["flow_run_id"] in runs]
+            assert progress == [100.0]  # counted by the flow, not by a bar that is off without a terminal
+            said = log.read_text()
+            assert "Beginning subflow run" in said and "\r" not in said and "it/s]" not in said  # no bar fragments
             with urllib.request.urlopen(url + "/", timeout=10) as ui:  # the UI is served on loopback
                 assert ui.status == 200 and b"<html" in ui.read().lower()
 
