@@ -11,10 +11,12 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import deployment
 from prefect.states import Completed, State
 
 from flows.pipeline import mosaic_pipeline
 from flows.demo import demo_config
+from flows.orphans import stop_with_parent
 from flows.sources import source_hook
 from storage.lock import RootBusy, root_lock
 from tasks.config_file import load_pipeline_config
@@ -30,8 +32,11 @@ def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", forc
     ``config_file``: pipeline YAML (docs/pipeline.example.yaml; default: the built-in demo);
     ``data_root``: where data, models and the report live; ``force``: run even if nothing changed.
     A tick that finds another command writing the data root ends as *Skipped* (a completed
-    state saying who holds it), not failed: the next tick runs as usual.
+    state saying who holds it), not failed: the next tick runs as usual. A deployment's run stops
+    within seconds if its serve or worker dies (:mod:`flows.orphans`).
     """
+    if deployment.id is not None:  # run by a serve or a worker, in a process of its own
+        stop_with_parent()
     root = str(Path(data_root).expanduser().resolve())
     try:
         with root_lock(root, "rebuild deployment"):

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from builders import pubmed_xml, tiny_bert, tiny_pipeline_yaml, varied_articles, write_xml
 
@@ -172,6 +173,50 @@ def test_a_served_rebuild_runs_through_the_api(tmp_path, prefect_server):
 
     finally:
         serve.terminate()
+        serve.wait(30)
+
+
+@pytest.mark.slow
+def test_a_killed_serve_leaves_no_run_behind_holding_the_data_root(tmp_path, prefect_server):
+    """`kill -9` of `mosaic serve` while its run trains: the run's process stops within seconds,
+    its flow run ends (not Running), and the data root's lock is free for the next run."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from deployments import deployment_name
+    from storage.lock import holder, root_lock
+
+    url, env = prefect_server
+    src, root = tmp_path / "snapshot", tmp_path / "root"
+    write_xml(src / "pubmed26n0001.xml.gz", pubmed_xml(varied_articles(1, 16)))
+    long_stage = {"name": "joint", "kind": "joint", "batch_size": 4, "max_steps": 100_000, "log_every": 1,
+                  "checkpoint_every": 1000}
+    config = tiny_pipeline_yaml(tmp_path / "pipeline.yaml", str(src), str(tiny_bert(tmp_path / "base")),
+                                train={"heldout_pairs": 4, "stages": [long_stage]})
+    log = tmp_path / "serve.log"
+    serve = _serve(root, log, env, "--config", str(config), "--cron", "")
+    try:
+        with temporary_settings({PREFECT_API_URL: f"{url}/api"}), get_client(sync_client=True) as client:
+            name = deployment_name(root)
+            _polled(client, name, serve, log)
+            run = run_deployment(f"rebuild/{name}", timeout=0)
+            deadline = time.monotonic() + 600
+            while "stage joint step 3/" not in log.read_text():  # training
+                assert time.monotonic() < deadline and serve.poll() is None, log.read_text()[-3000:]
+                time.sleep(1)
+            engine = psutil.Process(holder(root)["pid"])
+            assert engine.ppid() == serve.pid  # the run's own process, started by the serve
+            serve.kill()
+            serve.wait(30)
+            engine.wait(timeout=60)  # psutil.TimeoutExpired if it outlived its serve by a minute
+            assert holder(root) == {}  # released by the stopped run, not left to a takeover
+            with root_lock(root, "the next run"):
+                pass
+            ended = client.read_flow_run(run.id).state
+            assert ended.is_final() and not ended.is_completed(), ended
+    finally:
+        serve.kill()
         serve.wait(30)
 
 
