@@ -141,7 +141,7 @@ def run(
         "--set", help="Set any config field by its dotted path, after --config or --pairs (or on the demo's "
         "config): --set train.heldout_pairs=500 --set source.path=more.jsonl --set train.stages.0.max_steps=200; "
         "the value is read as YAML (3, 0.5, true, [a, b], null). A new source.kind starts that source from its "
-        "defaults; the sections and fields are in the configuration reference.")] = None,
+        "defaults; the sections and fields are in the configuration reference (docs/reference/config.md).")] = None,
     mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:

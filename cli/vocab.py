@@ -68,7 +68,7 @@ def vocab(
     set_: Annotated[Optional[list[str]], typer.Option(
         "--set", help="Set any stage-1 field by its dotted path, after the options above (e.g. --set "
         "distill.batch_size=16 --set distill.heldout_texts=64); the value is read as YAML. The fields are the "
-        "configuration reference's vocab section.")] = None,
+        "configuration reference's vocab section (docs/reference/config.md).")] = None,
 ) -> None:
     """Stage 1: train a domain tokenizer and add its useful new tokens to the base model.
 

@@ -1,9 +1,11 @@
 """The generated reference pages: every ``mosaic`` command with its options (from the Typer app) and
 every ``PipelineConfig`` section and field (from the pydantic models), never written by hand.
 
-A MkDocs hook (``hooks:`` in mkdocs.yml): at build time it adds ``reference/cli.md`` and
-``reference/config.md`` to the site. ``tests/test_docs.py`` imports it too, and fails when a
-command, option or field has no help text (``missing_help``).
+A MkDocs hook (``hooks:`` in mkdocs.yml): at build time it adds ``reference/cli.md`` to the site.
+The configuration reference is committed (``docs/reference/config.md``, readable in a checkout:
+``--help`` points there), written by ``python docs/gen_reference.py``; ``tests/test_docs.py``
+fails when it is not what this script writes now, and when a command, option or field has no
+help text (``missing_help``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import re
 import types
 import typing
 import unicodedata
+from pathlib import Path
 from typing import Any, Iterator, Literal, Union
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 CLI_PAGE = "reference/cli.md"
-CONFIG_PAGE = "reference/config.md"
+CONFIG_FILE = Path(__file__).resolve().parent / "reference" / "config.md"
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -221,7 +224,8 @@ def config_markdown() -> str:
     sections = list(walk_sections())
     links = {model: (path or "top level") for path, model in sections}
     out = ["# Configuration reference", "",
-           "Generated from the pydantic models in `mosaic_core/config*.py` when the site is built. A pipeline "
+           "Generated from the pydantic models in `mosaic_core/config*.py` by `python docs/gen_reference.py` "
+           "(a test fails when it is not current). A pipeline "
            "YAML (`mosaic run --config FILE`; `docs/pipeline.example.yaml`) is a `PipelineConfig`: the top "
            "level below, with one mapping per section. Every field is optional unless its default says "
            "*required*; an unknown key is an error. A section used in several places (`prompts`) is described "
@@ -279,5 +283,9 @@ def on_files(files, config):
     from mkdocs.structure.files import File
 
     files.append(File.generated(config, CLI_PAGE, content=cli_markdown()))
-    files.append(File.generated(config, CONFIG_PAGE, content=config_markdown()))
     return files
+
+
+if __name__ == "__main__":
+    CONFIG_FILE.write_text(config_markdown())
+    print(f"wrote {CONFIG_FILE}")

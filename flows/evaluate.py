@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
 
 from mosaic_core.config import EvalConfig
 from mosaic_core.evaluate.report import markdown_table
@@ -26,7 +27,8 @@ class EvaluationInputError(RuntimeError):
 def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: str | None = None) -> dict:
     """Score every model on every task and write the report to ``out_dir``; with ``data_root``
     the scores are also recorded in its catalog (``mosaic history``), under its writer lock
-    (waited for, if another command holds it: the scores are not thrown away)."""
+    (waited for, if another command holds it: the scores are not thrown away), as rows of the
+    pipeline run that called it (of its own run, alone)."""
     problems, specs = [], []
     for spec in cfg.tasks:  # every task's data is checked before any model is scored
         try:
@@ -52,8 +54,10 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
                 "eval config": cfg.config_hash()}
     paths = report_task(scores, out_dir, metadata, [f"not evaluated: {p}" for p in problems])
     if data_root:
+        # Within a pipeline run, its id: the evaluations' rows and the publish decision match.
+        run_id = flow_run.parent_flow_run_id or flow_run.id
         with root_lock(data_root, "evaluate flow", wait=None):
-            record_history(data_root, [
+            record_history(data_root, run_id, flow_run.id, [
                 {"model": m, "model_path": models[m], "model_fingerprint": fingerprints[m], "task": s.task,
                  "task_checksum": checksums[s.task], "metric": s.metric, "value": s.value}
                 for m, ss in scores.items() for s in ss])

@@ -76,6 +76,16 @@ def _taught_terms(cfg: PipelineConfig, vocab: dict, stages: list[dict], train: T
     return describe_terms(added, before, stages[-1]["out_dir"], data_root, cfg.vocab.text_columns, cfg.base_model)
 
 
+def published_words(decision: dict, candidate: str) -> str:
+    """What a run's summary says of its result: the model it published and which one that is (the
+    adapted model or the control), or that it published none and which stays in use."""
+    which = "the control, plain fine-tuning of the base" if candidate == "control" else "the adapted model"
+    if decision["published"]:
+        return f"published model `{decision['published_path']}` ({which})"
+    kept = f"`{decision['previous']}`, kept" if decision["previous"] else "none yet"
+    return f"nothing published ({which} was judged); published model {kept}"
+
+
 def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
         root = Path(data_root)
@@ -134,11 +144,13 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         create_markdown_artifact(
             key="pipeline-summary",
             markdown=(f"**{kept:,} of {total:,} pairs** kept by the filter; **{vocab['tokens_added']:,} tokens** "
-                      f"added; stages {', '.join(s['stage'] for s in stages)}; final model `{stages[-1]['out_dir']}`; "
-                      f"{decision['message']}; report `{report_paths['html']}`"),
+                      f"added; stages {', '.join(s['stage'] for s in stages)}; adapted model "
+                      f"`{stages[-1]['out_dir']}`; {decision['message']}; {published_words(decision, candidate)}; "
+                      f"report `{report_paths['html']}`"),
             description="MOSAIC pipeline run",
         )
         return {"pairs_kept": kept, "pairs": total, "vocab": vocab, "stages": stages, "report": report_paths,
                 "scores": report["scores"],
                 "final_model": stages[-1]["out_dir"], "decision": decision,
-                "published_model": decision["published_path"] or decision["previous"], "exports": exports}
+                "published_model": decision["published_path"] or decision["previous"], "exports": exports,
+                "published_words": published_words(decision, candidate)}

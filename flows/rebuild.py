@@ -39,7 +39,7 @@ def rebuild(config_file: str | None = None, data_root: str = "mosaic-data", forc
         stop_with_parent()
     root = str(Path(data_root).expanduser().resolve())
     try:
-        with root_lock(root, "rebuild deployment"):
+        with root_lock(root, "rebuild deployment", advice="the next scheduled or triggered run tries again"):
             return _rebuild(config_file, root, force)
     except RootBusy as exc:
         log.warning("rebuild skipped: %s", exc)
@@ -53,8 +53,8 @@ def _rebuild(config_file: str | None, root: str, force: bool) -> dict:
     if watch is None:  # the caches rerun only what a change to the source reaches
         result = mosaic_pipeline(cfg, root)
         create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
-                                 markdown=f"Rebuilt from `{source.describe()}` (unchanged steps from cache). Final "
-                                          f"model `{result['final_model']}`; report `{result['report']['html']}`.")
+                                 markdown=f"Rebuilt from `{source.describe()}` (unchanged steps from cache): "
+                                          f"{result['published_words']}; report `{result['report']['html']}`.")
         return {"rebuilt": True, **result}
     files = watch(source, root)
     changes, signature = snapshot_changes(files, root)
@@ -68,6 +68,6 @@ def _rebuild(config_file: str | None, root: str, force: bool) -> dict:
     listed = ", ".join(changes["new"][:20] + changes["changed"][:20]) or "none (forced)"
     create_markdown_artifact(key="rebuild", description="Scheduled rebuild",
                              markdown=f"Rebuilt from `{source.describe()}`: {len(changes['new'])} new, "
-                                      f"{len(changes['changed'])} changed files ({listed}). Final model "
-                                      f"`{result['final_model']}`; report `{result['report']['html']}`.")
+                                      f"{len(changes['changed'])} changed files ({listed}): "
+                                      f"{result['published_words']}; report `{result['report']['html']}`.")
     return {"rebuilt": True, "changes": changes, **result}

@@ -156,14 +156,16 @@ def _release(fd: int) -> None:
 
 
 @contextmanager
-def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0) -> Iterator[Path | None]:
+def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0,
+              advice: str = "use --wait, or stop it") -> Iterator[Path | None]:
     """Hold ``root``'s writer lock for the block; yields the resolved root (``root`` None: a
     flow that writes no data root this time, nothing to lock).
 
     ``command`` names the holder in a second writer's message (``mosaic ingest``). ``wait``:
     seconds to wait for another writer before raising :class:`RootBusy` (0: raise at once;
-    ``None``: wait as long as it takes). Re-entrant within a process: an inner block of the
-    same root (a stage flow inside the pipeline, a task thread) returns at once.
+    ``None``: wait as long as it takes); ``advice``: what the message of :class:`RootBusy` tells
+    its reader to do. Re-entrant within a process: an inner block of the same root (a stage flow
+    inside the pipeline, a task thread) returns at once.
     """
     if root is None:
         yield None
@@ -174,7 +176,7 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0) -
     with _GUARD:  # held while acquiring too: two threads of one process never both call flock
         held = _HELD.get(path)
         if held is None:
-            held = _HELD[path] = _Held(_acquire(path, command, wait), 0)
+            held = _HELD[path] = _Held(_acquire(path, command, wait, advice=advice), 0)
             _remove_stale(path)
             WRITTEN[path] = "data root"
         held.depth += 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import uuid
 from functools import lru_cache
 from pathlib import Path
 
@@ -64,11 +63,10 @@ def report_task(scores: dict[str, list[TaskScore]], out_dir: str, metadata: dict
 
 
 @task(name="record-history", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=1)
-def record_history(data_root: str, records: list[dict]) -> str:
-    """Record one evaluation run's scores in ``data_root``'s catalog (``mosaic history``); its id."""
-    run_id = uuid.uuid4().hex[:12]
-    record_evaluation(DataLayout(data_root), run_id, records)
-    return run_id
+def record_history(data_root: str, run_id: str, evaluation_id: str, records: list[dict]) -> None:
+    """Record one evaluation's scores in ``data_root``'s catalog (``mosaic history``), as rows of
+    run ``run_id`` (a pipeline run's id, which its publish decision bears too)."""
+    record_evaluation(DataLayout(data_root), run_id, records, evaluation_id)
 
 
 @task(name="model-cards", cache_policy=NO_CACHE)

@@ -1,5 +1,6 @@
 """The documentation's generated reference (docs/gen_reference.py, a MkDocs hook): every `mosaic`
-command, option and PipelineConfig field has help text, and the generated pages name them all."""
+command, option and PipelineConfig field has help text, the generated pages name them all, and
+the committed configuration reference is the one the models generate now."""
 
 from __future__ import annotations
 
@@ -52,3 +53,8 @@ def test_missing_help_is_reported(gen, monkeypatch):
 
     monkeypatch.setattr(PairConfig.model_fields["min_title_words"], "description", None)
     assert "config field `source kind: pubmed.pairs.min_title_words` (PairConfig)" in gen.missing_help()
+
+
+def test_the_committed_configuration_reference_is_current(gen):
+    assert gen.CONFIG_FILE.read_text() == gen.config_markdown(), (
+        "docs/reference/config.md is not what the config models generate: run `python docs/gen_reference.py`")

@@ -6,6 +6,7 @@ import yaml
 from builders import pubmed_xml, tiny_bert, tiny_pipeline_yaml, varied_articles, write_xml
 
 from flows.rebuild import rebuild
+from storage.catalog import Catalog
 from storage.layout import DataLayout
 from storage.published import current_model
 
@@ -37,6 +38,10 @@ def test_rebuild_runs_only_when_the_mirror_has_new_files_on_dask(tmp_path, http_
     assert {s["task"] for s in first["scores"]["contrastive"]} == {"heldout", "heldout@32", "heldout@8"}
     assert (current_model(DataLayout(root)) is not None) == decision["published"]
     assert (root / "report" / "report.html").is_file()
+    with Catalog(DataLayout(root)) as cat:  # both evaluations (whole and cut embeddings) and the decision: one run
+        cat.refresh()
+        runs, tasks = cat.rows("SELECT DISTINCT run_id FROM eval_history"), cat.rows("SELECT task FROM eval_history")
+    assert runs == [(decision["run_id"],)] and {t for (t,) in tasks} == {"heldout", "heldout@32", "heldout@8"}
     assert json.loads(DataLayout(root).snapshot_state_path.read_text()) == {"pubmed26n0001": "pubmed26n0001.xml.gz"}
     ingest_manifest = root / "manifests" / "ingest" / "pubmed26n0001.json"
     written = ingest_manifest.stat().st_mtime_ns

@@ -162,6 +162,11 @@ def test_a_served_rebuild_runs_through_the_api(tmp_path, prefect_server):
             runs = {str(c.id) for c in children} | {str(g.id) for g in client.read_flow_runs(
                 limit=200, sort=FlowRunSort.EXPECTED_START_TIME_ASC,
                 flow_run_filter=FlowRunFilter(parent_flow_run_id={"any_": [c.id for c in children]}))}
+            summaries = {a["key"]: a["data"] for a in _post(f"{url}/api/artifacts/filter", {
+                "limit": 200, "offset": 0, "artifacts": {"key": {"any_": ["rebuild", "pipeline-summary"]}}})
+                if a["flow_run_id"] in runs | {str(run.id)}}
+            assert summaries.keys() == {"rebuild", "pipeline-summary"}
+            assert all("published model" in text and "Final model" not in text for text in summaries.values())
             progress = [a["data"] for a in _post(f"{url}/api/artifacts/filter", {
                 "limit": 200, "offset": 0, "artifacts": {"key": {"any_": ["ingest-progress"]}}})
                 if a["flow_run_id"] in runs]

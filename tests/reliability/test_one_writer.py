@@ -138,7 +138,8 @@ def test_a_scheduled_tick_on_a_busy_root_is_skipped_not_failed(tmp_path):
         other.kill()
         other.wait()
     assert state.is_completed() and state.name == "Skipped", state
-    assert "in use by `mosaic run`" in state.message
+    assert "in use by `mosaic run`" in state.message and "the next scheduled or triggered run" in state.message
+    assert "--wait" not in state.message  # an option of the command line, not of a deployment's run
     assert not (root / "demo").exists()  # nothing of the rebuild ran
 
 
