@@ -40,10 +40,11 @@ def _mosaic(*args: str, env: dict | None = None) -> tuple[dict, str]:
     return outcome, done.stderr
 
 
-def test_a_wrong_config_is_reported_before_any_server_starts(tmp_path):
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_wrong_config_is_reported_before_any_server_starts(tmp_path, command):
     config = tmp_path / "bad.yaml"
     config.write_text("train: {batch_size: -1}\n")
-    outcome, said = _mosaic("run", "--config", str(config), "--data-root", str(tmp_path / "root"))
+    outcome, said = _mosaic(command, "--config", str(config), "--data-root", str(tmp_path / "root"))
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert "invalid pipeline config" in said and "batch_size" in said
 
@@ -104,12 +105,7 @@ def test_a_file_that_is_no_glossary_is_reported_before_any_server_starts(tmp_pat
     assert "missing.jsonl" in said and "no such file" in said
 
 
-def test_serve_refuses_a_wrong_config_a_silent_source_and_a_served_root_first(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("train: {batch_size: -1}\n")
-    outcome, said = _mosaic("serve", "--config", str(bad), "--data-root", str(tmp_path / "root"))
-    assert outcome == {"code": 2, "server": False, "torch": False}
-    assert "invalid pipeline config" in said and "batch_size" in said
+def test_serve_refuses_a_silent_source_a_served_root_and_a_silent_api_first(tmp_path):
     models = "base_model: offline:all-MiniLM-L6-v2\nfilter: {model: offline:all-MiniLM-L6-v2}\n"
     for source, expected in (("http://127.0.0.1:9/pubmed/", "GET http://127.0.0.1:9/pubmed/baseline/"),
                              (str(tmp_path / "no-such-folder"), "neither an existing file/directory")):
