@@ -1,5 +1,5 @@
 """A real `prefect server` on 127.0.0.1: each data root's served `rebuild` deployment is its own
-(two serves side by side, one stopped, the other unchanged); a served deployment triggered
+(two serves side by side, each scheduled, one stopped, the other unchanged); a served deployment triggered
 through the API runs to completion with its task runs and artifacts visible; the work-pool
 route of the tutorial exits 0 at every command and a worker completes a triggered rebuild."""
 
@@ -54,7 +54,7 @@ def prefect_server(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-server")
     port = _free_port()
     env = {**os.environ, "PREFECT_HOME": str(home / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api", "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
     log = home / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
@@ -89,6 +89,15 @@ def _polled(client, name: str, serve: subprocess.Popen, log: Path, seconds: floa
         time.sleep(1)
 
 
+def _scheduled(client, deployment) -> list:
+    """The runs the server's scheduler has created for ``deployment`` and that wait for their time."""
+    from prefect.client.schemas.filters import FlowRunFilter
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    return client.read_flow_runs(limit=50, sort=FlowRunSort.EXPECTED_START_TIME_ASC, flow_run_filter=FlowRunFilter(
+        deployment_id={"any_": [deployment.id]}, state={"type": {"any_": ["SCHEDULED"]}}))
+
+
 def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -105,6 +114,10 @@ def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, pr
             served = {key: _polled(client, names[key], serves[key], tmp_path / f"serve-{key}.log") for key in roots}
             assert {key: d.parameters["data_root"] for key, d in served.items()} == {
                 key: str(root) for key, root in roots.items()}
+            deadline = time.monotonic() + 120  # the scheduler (every 2 s here) makes each its 03:00 runs
+            while not all(_scheduled(client, d) for d in served.values()):
+                assert time.monotonic() < deadline, "the server's scheduler created no run of a served deployment"
+                time.sleep(2)
             again = subprocess.run([str(BIN / "mosaic"), "serve", "-d", str(roots["a"])], env=env,
                                    capture_output=True, text=True, timeout=120)
             assert again.returncode == 3, again.stderr
@@ -120,6 +133,7 @@ def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, pr
             assert stopped.paused and not other.paused
             assert other.parameters == served["b"].parameters
             assert [s.schedule.cron for s in other.schedules] == [DEFAULT_CRON] and other.schedules[0].active
+            assert _scheduled(client, other)  # its next 03:00 runs still wait
             assert serves["b"].poll() is None
     finally:
         for serve in serves.values():
