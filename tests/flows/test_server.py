@@ -114,6 +114,8 @@ def test_two_data_roots_are_served_side_by_side_and_one_stops_alone(tmp_path, pr
             served = {key: _polled(client, names[key], serves[key], tmp_path / f"serve-{key}.log") for key in roots}
             assert {key: d.parameters["data_root"] for key, d in served.items()} == {
                 key: str(root) for key, root in roots.items()}
+            listed = _ok(str(BIN / "prefect"), "deployment", "ls", env={**env, "COLUMNS": "200"}, cwd=tmp_path)
+            assert all(name in listed for name in names.values())
             deadline = time.monotonic() + 120  # the scheduler (every 2 s here) makes each its 03:00 runs
             while not all(_scheduled(client, d) for d in served.values()):
                 assert time.monotonic() < deadline, "the server's scheduler created no run of a served deployment"
@@ -259,6 +261,8 @@ def test_the_work_pool_route_exits_0_and_a_worker_completes_a_triggered_rebuild(
     config = tiny_pipeline_yaml(tmp_path / "pipeline.yaml", "snapshot", str(tiny_bert(tmp_path / "base")))
     name = f"rebuild/{deployment_name(tmp_path / 'root')}"
     _ok(str(BIN / "prefect"), "work-pool", "create", "mosaic-test-pool", "--type", "process", env=env, cwd=tmp_path)
+    pools = _ok(str(BIN / "prefect"), "work-pool", "ls", env={**env, "COLUMNS": "200"}, cwd=tmp_path)
+    assert "mosaic-test-pool" in pools
     said = _ok(str(BIN / "mosaic"), "deploy", "-d", "root", "--config", str(config), "--pool", "mosaic-test-pool",
                env=env, cwd=tmp_path)  # the source a relative path, read from here as `mosaic run` reads it
     assert f"deployment {name} registered on work pool mosaic-test-pool" in said
