@@ -21,14 +21,16 @@ def stage_dir(out_root: str, index: int, name: str) -> str:
 
 
 def stage_rows(results: list[dict]) -> list[dict]:
-    """One summary row per stage result: losses (every term a stage of the run recorded), last
-    held-out retrieval, time, resume point."""
+    """One summary row per stage result, every row with the same columns: losses (every term a
+    stage of the run recorded), last held-out retrieval (None for a stage that scored none: the
+    dictionary stage), time, resume point."""
     terms = [t for t in LOSS_TERMS if any(r["final"].get(t) for r in results)]
+    scored = list(dict.fromkeys(k for r in results if r["evals"] for k in r["evals"][-1] if k not in ("step", "n")))
     return [{"stage": r["stage"], "steps": r["steps"], "pairs": r["pairs"],
              "loss": round(r["final"].get("total", 0.0), 4),
              **{k: round(r["final"].get(k, 0.0), 4) for k in terms},
-             **{f"held-out {k}": round(v, 4) for k, v in (r["evals"][-1] if r["evals"] else {}).items()
-                if k not in ("step", "n")},
+             **{f"held-out {k}": (round(r["evals"][-1][k], 4) if r["evals"] and k in r["evals"][-1] else None)
+                for k in scored},
              "minutes": round(r["seconds"] / 60, 1), "resumed from": r["resumed_from"], "model": r["out_dir"]}
             for r in results]
 

@@ -148,3 +148,14 @@ def test_every_display_of_the_losses_reads_the_declared_terms():
     assert set(loss_terms(StageConfig(name="c", kind="contrastive"))) <= set(LOSS_TERMS)
     assert loss_terms(StageConfig(name="g", kind="joint", objective="margin_mse", teacher="ce",
                                   hard_negatives=1)) == ["mlm", "margin_mse"]
+
+
+def test_every_stage_row_has_the_same_columns_when_a_stage_scored_no_validation():
+    from flows.train import stage_rows
+
+    scored = {"stage": "mlm", "steps": 20, "pairs": 835, "final": {"total": 4.3, "mlm": 4.3}, "seconds": 60,
+              "evals": [{"step": 20, "ndcg@10": 0.7088, "mrr": 0.6382, "n": 64}], "resumed_from": None, "out_dir": "a"}
+    unscored = {**scored, "stage": "dictionary", "evals": [], "seconds": 300}
+    rows = stage_rows([scored, unscored])
+    assert list(rows[0]) == list(rows[1])  # a table of them keeps every value under its own column
+    assert rows[1]["held-out ndcg@10"] is None and rows[1]["minutes"] == 5.0 and rows[0]["held-out mrr"] == 0.6382
