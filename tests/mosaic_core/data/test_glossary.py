@@ -115,3 +115,14 @@ def test_used_entries_are_those_the_texts_name_as_whole_words():
     texts = ["Patients with atrial fibrillation were seen.", "No keltrases here, nor zorvatides."]
     assert used_entries(entries, texts) == entries[:1] + entries[2:3]  # plurals are other words
     assert used_entries(entries, ["An AF episode."]) == entries[:1]  # by a synonym
+
+
+def test_nlm_s_own_descriptor_file_reads_with_its_doctype_and_every_element():
+    path = shared_data("mesh", "desc2014_head_sample.xml")
+    with open(path, "rb") as fh:
+        got = list(mesh_entries(fh, str(path)))
+    entries = [e for e, _ in got if e is not None]
+    assert len(got) == 63 and len(entries) == 58 and [r for _, r in got].count("no_scope_note") == 5
+    calcimycin = entries[0]
+    assert calcimycin.term == "Calcimycin" and calcimycin.definition.startswith("An ionophorous, polyether antibiotic")
+    assert "A-23187" in calcimycin.synonyms and "A23187, Antibiotic" not in calcimycin.synonyms  # no permuted form
