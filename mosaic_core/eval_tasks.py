@@ -113,6 +113,10 @@ class EvalTask(Frozen):
         """Where the task's data comes from, for reports: its path ('' for a hub task)."""
         return str(getattr(self, "path", None) or "")
 
+    def inputs(self) -> dict[str, str]:
+        """Local files or folders the task reads, by field name: each must exist before a run starts."""
+        return {"path": self.path} if isinstance(getattr(self, "path", None), str) else {}
+
 
 class MtebTask(EvalTask):
     """An mteb task by name, with mteb's own data (the Hugging Face hub or its cache)."""
@@ -224,6 +228,9 @@ class VersesTask(PairsTask):
 
     def data_checksum(self, readers: TaskReaders) -> str:
         return super().data_checksum(readers) + readers.corpus_fingerprint(str(Path(self.collection).expanduser()))
+
+    def inputs(self) -> dict[str, str]:
+        return {**super().inputs(), "collection": self.collection}
 
     def load(self, readers: TaskReaders) -> Any:
         heldout, _ = self.held_out(readers, 0)

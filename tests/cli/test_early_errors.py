@@ -82,3 +82,20 @@ def test_a_teacher_that_is_no_cross_encoder_is_reported_before_any_server_starts
                             str(tmp_path / "out"), "--set", "objective=margin_mse", "--set", f"teacher={teacher}")
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert "a model of 2 labels; a cross-encoder scoring relevance has one" in said
+
+
+@pytest.mark.parametrize("task", [{"kind": "beir", "name": "scifact", "path": "no-such/scifact"},
+                                  {"kind": "sts", "name": "local-sts", "path": "no-such/sts.jsonl"}])
+def test_a_missing_evaluation_file_is_reported_before_any_server_starts(tmp_path, task):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"renal outcomes of treatment {i}",
+                                         "document": f"We studied the kidneys of patient {i} " * 4}) + "\n"
+                             for i in range(300)))
+    config = tmp_path / "pipeline.yaml"
+    model = "offline:all-MiniLM-L6-v2"
+    config.write_text(json.dumps({"base_model": model, "filter": {"model": model},
+                                  "source": {"kind": "pairs", "path": str(pairs)}, "eval_tasks": [task]}))
+    outcome, said = _mosaic("run", "--config", str(config), "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert f"eval_tasks '{task['name']}' ({task['kind']})" in said and task["path"] in " ".join(said.split())
+    assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.parquet"))  # nothing written
