@@ -22,6 +22,7 @@ from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
+from tasks.heldout import hold_out
 from tasks.export import export_published
 from tasks.publish import decide_and_publish, pick_recipe, published_model
 from tasks.space import check_disk
@@ -67,6 +68,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         root = Path(data_root)
         check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
         ingested, filtered = source_hook(cfg.source, "flow")(cfg.source, cfg, data_root)
+        held = hold_out(data_root, cfg.train.heldout_pairs, cfg.train.validation_pairs)  # kept as earlier runs held
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1)
         if run_id is not None:
@@ -98,11 +100,10 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
                                       cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
         exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
                                     cfg.train.document_column) if cfg.export else [])
-        story_funnel = funnel(ingested, filtered, stages[0], cfg.train.validation_pairs, cfg.train.heldout_pairs,
-                              cfg.source.funnel_words)
+        story_funnel = funnel(ingested, filtered, stages[0], held["validation"], held["pairs"], cfg.source.funnel_words)
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
-            funnel=story_funnel,
+            funnel=story_funnel, heldout=held,
             task_words={t.name: t.description for t in tasks if t.description},
             metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()},
             control="control" if control else None),

@@ -37,6 +37,7 @@ from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe, split_exa
 from mosaic_core.versioning import code_version
 from storage.examples import examples_file, map_examples, read_batches
 from storage.pairs_io import corpus_fingerprint
+from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only, results_beside, verified
 
@@ -98,11 +99,13 @@ def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir
                ) -> tuple[PairSet, RetrievalProbe | None]:
     """(training examples of ``stage``, validation retrieval), read from the source's examples
     file (memory-mapped; a pairs file is converted once into ``work_dir``): the test and
-    validation pairs (by content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of
-    training, their documents out of the training pairs' hard negatives too."""
+    validation pairs (by content hash, as the source's data root recorded them:
+    :mod:`mosaic_core.trainer.heldout`) are kept out of training, their documents out of the
+    training pairs' hard negatives too."""
     path = examples_file(pairs_source, *cfg.columns_for(stage), Path(work_dir))
     return split_examples(PairSet(map_examples(path)), lambda: read_batches(path), cfg.heldout_pairs,
-                          cfg.validation_pairs, cfg.validation_pool)
+                          cfg.validation_pairs, cfg.validation_pool,
+                          recorded_split(pairs_source, cfg.heldout_pairs, cfg.validation_pairs))
 
 
 def with_warmup(cfg: TrainConfig, input_model: str) -> TrainConfig:
