@@ -86,20 +86,29 @@ def _with_sets(cfg, sets: dict[str, object], glossary: str | None, root: Path, s
     return (checked if cfg is not None else None), sets
 
 
-def _check_inputs(cfg, config: Path | None) -> None:
-    """What a run reads, checked before any server starts: its models, its source's files and
-    whatever else its source checks (own pairs: readable, enough distinct usable pairs for the run),
-    its glossary file (a glossary's columns, or MeSH XML)."""
+def _check_inputs(cfg, config: Path | None, root: Path) -> None:
+    """What a run reads, checked before any server starts or any model is looked up: its source's
+    files, its evaluation tasks' files and folders, its models, whatever else its source checks
+    (own pairs: readable, enough distinct usable pairs for the run) and its glossary file (a
+    glossary's columns, or MeSH XML)."""
     from flows.sources import source_hook
     from tasks.glossary_file import check_glossary
 
+    where = f" of {config}" if config else ""
+    for name, path in cfg.source.inputs().items():
+        if not Path(path).is_file():
+            raise InputProblem(f"source.{name}{where}: no file {path} (paths are relative to the "
+                               "directory you run mosaic from)")
+    for task in cfg.eval_tasks:
+        for name, path in task.inputs().items():
+            found = Path(path).expanduser()
+            if not found.exists() and found.resolve() != root:  # a held-out task may read this run's own root
+                raise InputProblem(f"eval_tasks {task.name!r} ({task.kind}){where}: nothing at its {name} {path} "
+                                   "(paths are relative to the directory you run mosaic from): fix the path, or "
+                                   "drop the task")
     _model(cfg.base_model)
     _model(cfg.filter.model)
     check_teachers(cfg.train.stages)
-    for name, path in cfg.source.inputs().items():
-        if not Path(path).is_file():
-            raise InputProblem(f"source.{name} of {config}: no file {path} (paths are relative to the "
-                               "directory you run mosaic from)")
     if (check := source_hook(cfg.source, "check")) is not None:
         check(cfg.source, cfg)
     if cfg.glossary is not None:
@@ -172,7 +181,7 @@ def run(
         cfg = _with_prompts(cfg, prompts)
     cfg, sets = _with_sets(cfg, parse_sets(set_ or []), glossary, root, seed)
     if cfg is not None:
-        _check_inputs(cfg, config)
+        _check_inputs(cfg, config, root)
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
     if cfg is not None and tracking is not None:
         cfg = cfg.model_copy(update={"tracking": tracking})

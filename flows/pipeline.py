@@ -23,6 +23,7 @@ from mosaic_core.config import EvalConfig, PipelineConfig, TrainConfig
 from storage.lock import root_lock
 from tasks.evaluate import write_model_cards
 from tasks.glossary import describe_terms, prepare_glossary
+from tasks.heldout import hold_out
 from tasks.export import export_published
 from tasks.publish import decide_and_publish, pick_recipe, published_model
 from tasks.space import check_disk
@@ -92,6 +93,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
         ingested, filtered = source_hook(cfg.source, "flow")(cfg.source, cfg, data_root)
         glossary = prepare_glossary(cfg.glossary, data_root, cfg.vocab) if cfg.glossary else None
+        held = hold_out(data_root, cfg.train.heldout_pairs, cfg.train.validation_pairs)  # kept as earlier runs held
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1, cfg.glossary, glossary and glossary["entries_path"])
         if run_id is not None:
@@ -127,11 +129,11 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
                                     cfg.train.document_column) if cfg.export else [])
         on_pairs = next(s for s in stages if train.dictionary is None or s["stage"] != train.dictionary.name)
-        story_funnel = funnel(ingested, filtered, on_pairs, cfg.train.validation_pairs, cfg.train.heldout_pairs,
+        story_funnel = funnel(ingested, filtered, on_pairs, held["validation"], held["pairs"],
                               cfg.source.funnel_words, glossary["definition_pairs"] if train.extra_pairs else 0)
         report_paths = run_report(story(
             final, report["scores"], decision=decision, vocab=vocab, stages=stages,
-            funnel=story_funnel,
+            funnel=story_funnel, heldout=held,
             task_words={t.name: t.description for t in tasks if t.description},
             metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()},
             control="control" if control else None, glossary=terms),

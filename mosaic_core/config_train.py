@@ -318,10 +318,14 @@ class TrainConfig(Frozen):
         "joint then contrastive, each 80 steps of 32 pairs with one hard negative: the budget curve's "
         "recommendation, docs/benchmarks.md).")
     heldout_pairs: int = Field(
-        256, ge=0, description="Test pairs kept out of training: the evaluation's held-out task and the publish gate.")
+        256, ge=0, description="Test pairs kept out of training: the evaluation's held-out task and the publish gate; "
+        "the lowest content hashes, at most a fifth of the pairs. This many at a data root's first run: later runs "
+        "keep them and add the new pairs whose hash falls below the last one's, so the test set grows with the corpus "
+        "(DATA_ROOT/state/heldout.json; a pairs file is split afresh).")
     validation_pairs: int = Field(
         256, ge=0, description="Further pairs kept out of training, scored every eval_every steps (and at the end "
-        "of each stage) to keep each stage's best model.")
+        "of each stage) to keep each stage's best model: the next content hashes after the test pairs, at most a "
+        "fifth of the rest, kept and grown with the corpus as the test pairs are.")
     validation_pool: int = Field(
         1000, ge=0, description="Training documents added as distractors to the validation retrieval.")
     merge_weights: tuple[float, ...] = Field(

@@ -49,6 +49,9 @@ class TaskReaders:
     """(pairs source, query column, document column, skipped counts to fill) → record batches."""
     corpus_fingerprint: Callable[[str], str]
     """A pairs file's or a data root's content digest."""
+    recorded_split: Callable[[str, int, int], Any]
+    """(pairs source, test pairs, validation pairs) → the held-out thresholds its data root recorded
+    (:class:`~mosaic_core.trainer.heldout.Kept`; none for a pairs file)."""
     files_digest: Callable[[Path], str | None]
     """The digest of every file under a folder; None when it is no folder or holds none."""
     mteb_version: Callable[[], str]
@@ -61,7 +64,7 @@ class TaskReaders:
     sts_task: Callable[..., Any]
     """(name, rows, min_score, max_score, description) → an mteb STS task."""
     heldout_split: Callable[..., tuple[list[Pair], list[str], int]]
-    """(batches, n_test, pool, n_validation, held) → (held-out pairs, distractors, number of pairs)."""
+    """(batches, n_test, pool, n_validation, held, kept) → (held-out pairs, distractors, number of pairs)."""
     heldout_retrieval: Callable[[list[Pair], list[str]], tuple[list[dict], dict[str, str], dict[str, dict[str, int]]]]
     """(held-out pairs, distractors) → (corpus, queries, qrels)."""
     read_verses: Callable[[Path], dict[tuple[int, int], str]]
@@ -112,6 +115,10 @@ class EvalTask(Frozen):
     def source(self) -> str:
         """Where the task's data comes from, for reports: its path ('' for a hub task)."""
         return str(getattr(self, "path", None) or "")
+
+    def inputs(self) -> dict[str, str]:
+        """Local files or folders the task reads, by field name: each must exist before a run starts."""
+        return {"path": self.path} if isinstance(getattr(self, "path", None), str) else {}
 
 
 class MtebTask(EvalTask):
@@ -167,7 +174,8 @@ class PairsTask(EvalTask):
     """The base of the kinds that hold pairs of a pairs source out, as training does (no kind itself)."""
 
     path: str = Field(..., min_length=1, description="The pairs source: a pairs file or a data root.")
-    heldout_pairs: int = Field(256, gt=0, description="Pairs held out (must match training).")
+    heldout_pairs: int = Field(256, gt=0, description="Pairs held out (must match training: a data root's recorded "
+                               "split for that number applies).")
     query_column: str = Field("query", description="Column of a pairs file that holds the queries.")
     document_column: str = Field("document", description="Column of a pairs file that holds the documents.")
 
@@ -183,7 +191,8 @@ class PairsTask(EvalTask):
         def batches() -> Iterable[Any]:
             skipped.append({})
             return readers.pair_batches(self.path, self.query_column, self.document_column, skipped[-1])
-        heldout, distractors, n = readers.heldout_split(batches, self.heldout_pairs, pool, n_validation, held)
+        kept = readers.recorded_split(self.path, self.heldout_pairs, n_validation)
+        heldout, distractors, n = readers.heldout_split(batches, self.heldout_pairs, pool, n_validation, held, kept)
         if sum(skipped[0].values()):
             log.warning("%s: skipped %d rows without a usable %s/%s (%s)", self.path, sum(skipped[0].values()),
                         self.query_column, self.document_column,
@@ -201,9 +210,9 @@ class HeldoutTask(PairsTask):
         "heldout", description="heldout: the pairs a pairs source holds out, as training holds them out.")
     pool: int = Field(10_000, gt=0, description="Distractor documents from the training pairs.")
     held: Literal["test", "validation"] = Field(
-        "test", description="Retrieve the test pairs (the lowest heldout_pairs content hashes), or the validation "
-        "pairs (the next validation_pairs) with distractors from the training pairs only, as a training stage's "
-        "validation does.")
+        "test", description="Retrieve the test pairs (the lowest heldout_pairs content hashes, or a data root's "
+        "recorded test pairs), or the validation pairs (the next validation_pairs) with distractors from the training "
+        "pairs only, as a training stage's validation does.")
     validation_pairs: int = Field(0, ge=0, description="held validation: the run's validation_pairs.")
 
     def load(self, readers: TaskReaders) -> Any:
@@ -224,6 +233,9 @@ class VersesTask(PairsTask):
 
     def data_checksum(self, readers: TaskReaders) -> str:
         return super().data_checksum(readers) + readers.corpus_fingerprint(str(Path(self.collection).expanduser()))
+
+    def inputs(self) -> dict[str, str]:
+        return {**super().inputs(), "collection": self.collection}
 
     def load(self, readers: TaskReaders) -> Any:
         heldout, _ = self.held_out(readers, 0)

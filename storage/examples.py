@@ -55,6 +55,7 @@ BATCH_ROWS = 2048
 _FORMAT = b"mosaic.examples"
 _FINGERPRINT = b"mosaic.fingerprint"
 _SKIPPED = b"mosaic.skipped"
+_SPLIT_OF = b"mosaic.split_of"
 
 
 def examples_file(source: str, query_col: str, doc_col: str, work_dir: Path) -> Path:
@@ -139,12 +140,21 @@ def skipped_rows(path: Path) -> int:
     return int(_metadata(path).get(_SKIPPED, b"0"))
 
 
+def split_of(path: Path) -> Path | None:
+    """The data root the examples file ``path`` was derived from (:func:`write_examples`), if any."""
+    root = _metadata(path).get(_SPLIT_OF)
+    return (path.parent / root.decode()).resolve() if root else None
+
+
 def write_examples(path: Path, batches: Iterable[pa.RecordBatch], skipped: int = 0, fingerprint: str = "",
-                   schema: pa.Schema = SCHEMA) -> int:
+                   schema: pa.Schema = SCHEMA, split_of: Path | None = None) -> int:
     """Write ``batches`` (``schema``: :data:`SCHEMA` or :data:`LABELLED`) as the examples file
     ``path``, atomically; the row count. ``skipped``: the source's unusable rows; ``fingerprint``:
-    what the file was converted from."""
-    meta = {_FORMAT: "1", _SKIPPED: str(skipped), _FINGERPRINT: fingerprint}
+    what the file was converted from; ``split_of``: the data root whose pairs these are, in its
+    order, so that the root's recorded held-out split applies to them (:func:`split_of`; kept
+    relative to ``path``'s folder, so that a data root moved whole still finds itself)."""
+    meta = {_FORMAT: "1", _SKIPPED: str(skipped), _FINGERPRINT: fingerprint,
+            **({_SPLIT_OF: os.path.relpath(split_of, path.parent)} if split_of is not None else {})}
     rows = 0
     with _temporary(path) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema.with_metadata(meta)) as writer:

@@ -63,6 +63,11 @@ class DataLayout:
         return self.root / "state" / "last_snapshot.json"
 
     @property
+    def heldout_record_path(self) -> Path:
+        """The held-out split's thresholds and the last run's test pairs (``storage/heldout.py``)."""
+        return self.root / "state" / "heldout.json"
+
+    @property
     def evaluations_dir(self) -> Path:
         return self.root / "evaluations"
 

@@ -27,13 +27,14 @@ from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
 from storage.layout import DataLayout
 from storage.pairs_io import corpus_fingerprint, pair_batches
+from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(evaluation)
 READERS = task_readers(read_beir=read_beir, read_sts=read_sts, pair_batches=pair_batches,
-                       corpus_fingerprint=corpus_fingerprint)
+                       corpus_fingerprint=corpus_fingerprint, recorded_split=recorded_split)
 """What every evaluation task kind reads and builds with: storage's file readers, the evaluation's builders."""
 
 

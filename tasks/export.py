@@ -17,6 +17,7 @@ from storage.layout import DataLayout
 from storage.lock import root_lock
 from storage.pairs_io import pair_batches
 from storage.published import current_model
+from tasks.heldout import recorded_split
 
 log = logging.getLogger(__name__)
 CHECK_PAIRS = 200
@@ -45,7 +46,7 @@ def export_published(data_root: str, kinds: list[str], heldout_pairs: int, query
         for stale in target_dir.glob(".*.tmp") if target_dir.is_dir() else ():  # left by a killed export
             shutil.rmtree(stale, ignore_errors=True)
         heldout = heldout_split(lambda: pair_batches(data_root, query_column, document_column), heldout_pairs,
-                                0)[0][:CHECK_PAIRS]
+                                0, kept=recorded_split(data_root, heldout_pairs, 0))[0][:CHECK_PAIRS]
         records = []
         for kind in kinds:
             out = target_dir / kind

@@ -22,10 +22,11 @@ from mosaic_core.modeling import encode
 from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.prompts import resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.trainer.heldout import content_hashes
 from mosaic_core.versioning import code_version
 from storage import schemas
 from storage.catalog import Catalog
-from storage.embeddings import embeddings_path, load_embeddings, save_embeddings
+from storage.embeddings import embeddings_path, load_embeddings, save_embeddings, stored_rows
 from storage.layout import DataLayout
 from storage.manifest import Manifest, outputs_whole, read_manifest, write_manifest
 from storage.pairs_io import CorpusError, PairPartition, list_pair_partitions, read_pair_partition
@@ -88,6 +89,13 @@ def list_partitions(source: str, cfg: FilterConfig) -> list[PairPartition]:
     return list_pair_partitions(source, cfg.query_column, cfg.document_column)
 
 
+def _encoder_version(cfg: FilterConfig) -> str:
+    """What an embedding depends on besides its text and ``cfg.encoding_hash()``: the model's
+    weights and the encoding code (the export's too, for an exported backend)."""
+    return cache_key("encoder", model_fingerprint(resolve_model(cfg.model)), ENCODE_VERSION,
+                     *((EXPORT_VERSION,) if cfg.backend != "torch" else ()))
+
+
 @json_only
 def _encode_key(context: TaskRunContext, p: dict) -> str:
     cfg: FilterConfig = p["cfg"]
@@ -106,15 +114,42 @@ def _encode_output(p: dict) -> tuple[Path, bool]:
 @task(name="encode-partition", cache_key_fn=_encode_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0, task_run_name="encode-{part.name}")
 def encode_partition(part: PairPartition, cfg: FilterConfig, root: str) -> EncodedPartition:
-    """Embed a partition's queries and documents; store them (float16) for every later filter."""
-    enc = _encoder(cfg.model, cfg.precision, cfg.batch_tokens, cfg.prompts, cfg.backend, root)
+    """Embed a partition's queries and documents; store them (float16) for every later filter.
+    A partition that changed (an update revised or deleted some of its pairs) takes the
+    embeddings of its pairs whose content is unchanged from its stored file, by content hash,
+    when the same encoder made it: only new and revised pairs are encoded (none: no model loads)."""
     rows = read_pair_partition(part, cfg.query_column, cfg.document_column)
-    queries = enc.with_max_length(cfg.query_max_length).encode(rows.queries, cfg.batch_size, kind="query")
-    docs = enc.with_max_length(cfg.document_max_length).encode(rows.documents, cfg.batch_size, kind="document")
+    hashes, made_with = content_hashes(rows.queries, rows.documents), _encoder_version(cfg)
     path = embeddings_path(DataLayout(root), cfg.encoding_hash(), part.name)
-    save_embeddings(path, queries, docs)
-    log.info("%s: encoded %d pairs (%s bad rows)", part.name, len(rows.queries), sum(rows.bad.values()))
+    found, stored_queries, stored_docs = stored_rows(path, hashes, made_with)
+    new = np.flatnonzero(found < 0)
+    if len(new) == len(found):  # nothing stored: every text encoded, exactly as always
+        queries, docs = _encode(cfg, root, rows.queries, rows.documents)
+    else:
+        queries, docs = _encode(cfg, root, [rows.queries[i] for i in new], [rows.documents[i] for i in new]) \
+            if len(new) else (None, None)
+        queries, docs = _merged(found, stored_queries, queries), _merged(found, stored_docs, docs)
+    save_embeddings(path, queries, docs, hashes, made_with)
+    log.info("%s: encoded %d pairs, %d reused (%s bad rows)", part.name, len(new), len(found) - len(new),
+             sum(rows.bad.values()))
     return EncodedPartition(part, str(path), len(rows.queries), rows.bad)
+
+
+def _encode(cfg: FilterConfig, root: str, queries: list[str], documents: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(query, document) embeddings of these texts, with the model loaded once per process."""
+    enc = _encoder(cfg.model, cfg.precision, cfg.batch_tokens, cfg.prompts, cfg.backend, root)
+    return (enc.with_max_length(cfg.query_max_length).encode(queries, cfg.batch_size, kind="query"),
+            enc.with_max_length(cfg.document_max_length).encode(documents, cfg.batch_size, kind="document"))
+
+
+def _merged(found: np.ndarray, stored: np.ndarray, new: np.ndarray | None) -> np.ndarray:
+    """``[len(found), dim]``: row i is ``stored[found[i]]`` where that is >= 0, else the next row
+    of ``new`` (None: every row is stored)."""
+    out = np.empty((len(found), stored.shape[1]), np.float32)
+    out[found >= 0] = stored[found[found >= 0]]
+    if new is not None:
+        out[found < 0] = new
+    return out
 
 
 @json_only

@@ -35,7 +35,9 @@ from storage.examples import (
     whole,
     write_examples,
 )
+from storage.heldout import split_origin
 from storage.pairs_io import corpus_fingerprint
+from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only, results_beside, verified
 
@@ -46,11 +48,12 @@ LABEL_BLOCK = 2_048
 
 
 def _identity(p: dict) -> str:
-    """What a labelled file is made of (source, teacher, columns, code): its cache key, and the
-    fingerprint written into it, so a file another teacher or source wrote since is not taken."""
+    """What a labelled file is made of (source, teacher, columns, code, the data root whose split
+    it follows): its cache key, and the fingerprint written into it, so a file another teacher or
+    source wrote since is not taken."""
     return cache_key("margins", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["teacher"])),
                      p["query_column"], p["document_column"], str(p["negatives"]), str(tuple(p["held_out"])),
-                     CODE_VERSION, str(Path(p["out_path"]).resolve()))
+                     CODE_VERSION, str(Path(p["out_path"]).resolve()), f"split of {split_origin(p['pairs_source'])}")
 
 
 @json_only
@@ -90,7 +93,8 @@ def with_margins(pairs_source: str, teacher: str, query_column: str, document_co
                          "train.negative_rule, or train with objective=infonce")
     import torch
 
-    train = training_examples(PairSet(table), lambda: read_batches(source), *held_out)
+    train = training_examples(PairSet(table), lambda: read_batches(source), *held_out,
+                              recorded_split(pairs_source, *held_out))
     training = np.zeros(table.num_rows, dtype=bool)
     training[train.rows] = True
     cross = query_gen.load_cross_encoder(resolve_model(teacher), "cuda" if torch.cuda.is_available() else "cpu")
@@ -101,7 +105,8 @@ def with_margins(pairs_source: str, teacher: str, query_column: str, document_co
                               "document_column": document_column, "negatives": negatives, "held_out": held_out,
                               "out_path": out_path})
         labelled = _labelled(source, table, training, train.skip, negatives, cross, batch_size, bar)
-        rows = write_examples(Path(out_path), labelled, skipped_rows(source), identity, LABELLED)
+        rows = write_examples(Path(out_path), labelled, skipped_rows(source), identity, LABELLED,
+                              split_origin(pairs_source))
     margins = pc.list_flatten(map_examples(Path(out_path)).column("margins")).to_numpy()
     margins = margins[~np.isnan(margins)]
     if not len(margins):

@@ -28,6 +28,7 @@ from mosaic_core.trainer import PairSet
 from mosaic_core.trainer.heldout import text_hashes
 from mosaic_core.versioning import code_version
 from storage.examples import examples_file, map_examples, read_blocks, skipped_rows, whole, write_examples
+from storage.heldout import split_origin
 from storage.pairs_io import corpus_fingerprint
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only, results_beside, verified
@@ -41,12 +42,14 @@ ENCODE_BLOCK = 10_000
 
 
 def _identity(p: dict) -> str:
-    """What a mined file is made of (source, model, lengths, rule, code): its cache key, and the
-    fingerprint written into it, so a file mined since for other settings is not taken."""
+    """What a mined file is made of (source, model, lengths, rule, code, the data root whose split
+    it follows): its cache key, and the fingerprint written into it, so a file mined since for
+    other settings is not taken."""
     return cache_key("mine", corpus_fingerprint(p["pairs_source"]), model_fingerprint(resolve_model(p["model"])),
                      p["query_column"], p["document_column"], str(p["negatives"]), str(tuple(p["lengths"])),
                      CODE_VERSION, str(Path(p["out_path"]).resolve()), json.dumps(p.get("prompts"), sort_keys=True),
-                     (p.get("rule") or consistency.DEFAULT_RULE).model_dump_json())
+                     (p.get("rule") or consistency.DEFAULT_RULE).model_dump_json(),
+                     f"split of {split_origin(p['pairs_source'])}")
 
 
 @json_only
@@ -92,8 +95,8 @@ def with_hard_negatives(pairs_source: str, model: str, query_column: str, docume
             identity = _identity({"pairs_source": pairs_source, "model": model, "query_column": query_column,
                                   "document_column": document_column, "negatives": negatives, "lengths": lengths,
                                   "out_path": out_path, "prompts": prompts, "rule": rule})
-            rows = write_examples(out, _mined(source, table.num_rows, enc, lengths, negatives, work, bar, rule,
-                                              rejected), skipped_rows(source), identity)
+            mined = _mined(source, table.num_rows, enc, lengths, negatives, work, bar, rule, rejected)
+            rows = write_examples(out, mined, skipped_rows(source), identity, split_of=split_origin(pairs_source))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     found = PairSet(map_examples(out)).negatives_per_pair()

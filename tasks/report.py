@@ -12,7 +12,6 @@ from prefect.cache_policies import NO_CACHE
 from mosaic_core.config_sources import PubMedSource
 from mosaic_core.evaluate.run_report import RunStory, headline, render
 from mosaic_core.evaluate.scoring import TaskScore
-from mosaic_core.data.splits import split_sizes
 from storage.manifest import Manifest
 
 
@@ -23,9 +22,10 @@ def _reasons(counts: Counter) -> str:
 def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | None, validation: int,
            test: int, words: tuple[str, str, str, str] = PubMedSource.funnel_words,
            definitions: int = 0) -> list[tuple[str, int, str]]:
-    """(step, rows after it, what it dropped) from the ingest and filter manifests and the result
-    of the first stage on the run's pairs, its first steps in the source's ``words``
-    (``Source.funnel_words``); ``definitions``: a glossary's definition pairs among its pairs."""
+    """(step, rows after it, what it dropped) from the ingest and filter manifests, the first
+    stage's result on the run's pairs and the held-out split's sizes, its first steps in the
+    source's ``words`` (``Source.funnel_words``); ``definitions``: a glossary's definition pairs
+    among its pairs."""
     read, parts, after_rules, latest = words
     rows = []
     if ingested:
@@ -38,8 +38,6 @@ def funnel(ingested: list[Manifest], filtered: list[Manifest], stage: dict | Non
         rows.append((latest, sum(m.rows_out for m in filtered), ""))
         rows.append(("kept by the filter", sum(m.kept for m in filtered), _reasons(dropped)))
     if stage:
-        if filtered:  # as many as were asked for, at most a fifth of the pairs each
-            test, validation = split_sizes(sum(m.kept for m in filtered), test, validation)
         rows.append(("training pairs", stage["pairs"], f"validation {validation:,}, test {test:,} held out"
                      + (f"; {definitions:,} definition pairs from the glossary added" if definitions else "")))
     return rows

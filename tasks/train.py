@@ -37,6 +37,7 @@ from mosaic_core.trainer.heldout import SELECT_METRIC, RetrievalProbe, split_exa
 from mosaic_core.versioning import code_version
 from storage.examples import examples_file, map_examples, read_batches
 from storage.pairs_io import corpus_fingerprint
+from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only, results_beside, verified
 
@@ -99,12 +100,14 @@ def load_split(pairs_source: str, cfg: TrainConfig, stage: StageConfig, work_dir
                ) -> tuple[PairSet, RetrievalProbe | None]:
     """(training examples of ``stage``, validation retrieval), read from the source's examples
     file (memory-mapped; a pairs file is converted once into ``work_dir``): the test and
-    validation pairs (by content hash, :mod:`mosaic_core.trainer.heldout`) are kept out of
-    training, their documents out of the training pairs' hard negatives too. A stage on the run's
-    pairs also trains on ``cfg.extra_pairs`` (a glossary's definition pairs), never held out."""
+    validation pairs (by content hash, as the source's data root recorded them:
+    :mod:`mosaic_core.trainer.heldout`) are kept out of training, their documents out of the
+    training pairs' hard negatives too. A stage on the run's pairs also trains on
+    ``cfg.extra_pairs`` (a glossary's definition pairs), never held out."""
     path = examples_file(pairs_source, *cfg.columns_for(stage), Path(work_dir))
     train, validation = split_examples(PairSet(map_examples(path)), lambda: read_batches(path), cfg.heldout_pairs,
-                                       cfg.validation_pairs, cfg.validation_pool)
+                                       cfg.validation_pairs, cfg.validation_pool,
+                                       recorded_split(pairs_source, cfg.heldout_pairs, cfg.validation_pairs))
     if cfg.extra_pairs and stage.pairs is None:  # a glossary's definition pairs: training pairs only
         train = train.joined(PairSet(map_examples(examples_file(cfg.extra_pairs, "query", "document",
                                                                 Path(work_dir)))))

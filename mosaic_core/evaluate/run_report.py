@@ -37,6 +37,8 @@ class RunStory:
     decision: dict | None = None
     funnel: list[tuple[str, int, str]] = field(default_factory=list)
     """(step, rows after it, what it dropped)."""
+    heldout: dict | None = None
+    """The test set and how it changed since the data root's last run (``tasks/heldout.py: hold_out``)."""
     vocab: dict | None = None
     stages: list[dict] = field(default_factory=list)
     task_words: dict[str, str] = field(default_factory=dict)
@@ -151,6 +153,20 @@ def _funnel(story: RunStory) -> list[str]:
     return ["## Data funnel", "", "| step | rows | dropped |", "| --- | ---: | --- |", *rows, ""]
 
 
+def _heldout(h: dict | None) -> list[str]:
+    if not h:
+        return []
+    if h["since"] is None:
+        line = (f"{h['pairs']:,} test pairs, recorded for the first time under this data root: later runs keep them "
+                "and add the new pairs whose content hash falls below theirs, so that the test set grows with the "
+                "corpus.")
+    else:
+        line = (f"{h['pairs']:,} test pairs, {h['previous']:,} at the data root's last run ({h['since']}): "
+                f"{h['added']:,} added (new pairs below the test set's content-hash threshold), {h['gone']:,} gone "
+                "(their citation deleted or revised).")
+    return ["## Test pairs", "", line, ""]
+
+
 def _stage1(v: dict | None) -> list[str]:
     if not v:
         return []
@@ -213,14 +229,15 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
              *([differences_table(differences), ""] if differences else []),
              *([differences_table(story.control_differences), ""] if story.control_differences else []),
-             *_funnel(story), *_stage1(story.vocab), *_glossary_terms(story.glossary), "## Charts", "",
+             *_funnel(story), *_heldout(story.heldout), *_stage1(story.vocab), *_glossary_terms(story.glossary),
+             "## Charts", "",
              *(f"![{p.stem}]({p.name})" for p in images), "",
              "## Run metadata", "", *(f"- **{k}**: `{v}`" for k, v in story.metadata.items()), ""]
     md = "\n".join(lines)
     (out_dir / "report.md").write_text(md)
     (out_dir / "report.html").write_text(_html(md, out_dir))
     (out_dir / "results.json").write_text(json.dumps(
-        {"metadata": story.metadata, "decision": story.decision, "differences": differences,
+        {"metadata": story.metadata, "decision": story.decision, "heldout": story.heldout, "differences": differences,
          "control_differences": story.control_differences,
          "scores": {m: [s.__dict__ for s in ss] for m, ss in story.scores.items()}}, indent=1))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}

@@ -31,10 +31,12 @@ def mteb_version() -> str:
 
 def task_readers(*, read_beir: Callable[[Path, str | None], Any], read_sts: Callable[[Path], Any],
                  pair_batches: Callable[[str, str, str, dict[str, int]], Iterable[Any]],
-                 corpus_fingerprint: Callable[[str], str]) -> TaskReaders:
+                 corpus_fingerprint: Callable[[str], str],
+                 recorded_split: Callable[[str, int, int], Any]) -> TaskReaders:
     """The readers of a task kind: these file readers and the evaluation's builders."""
     return TaskReaders(
         read_beir=read_beir, read_sts=read_sts, pair_batches=pair_batches, corpus_fingerprint=corpus_fingerprint,
+        recorded_split=recorded_split,
         files_digest=files_digest, mteb_version=mteb_version, hub_task=scoring.hub_task,
         retrieval_task=scoring.retrieval_task, sts_task=scoring.sts_task, heldout_split=heldout_split,
         heldout_retrieval=retrieval_task, read_verses=read_quran, verse_retrieval_data=scoring.verse_retrieval_data,

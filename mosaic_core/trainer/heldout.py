@@ -1,12 +1,18 @@
 """The pairs training never sees, and how a model retrieves them.
 
-Two disjoint sets are held out of every run's pairs, both chosen by content hash so they stay
-put as new snapshots add pairs:
+Two disjoint sets are held out of every run's pairs, both chosen by content hash:
 
 * the **test** pairs (the ``n_test`` lowest hashes): the held-out task of the evaluation
   report and the publish gate — nothing in training looks at them;
 * the **validation** pairs (the next ``n_validation``): what a training stage scores itself
   on every ``eval_every`` steps to keep its best checkpoint.
+
+A data root's first split records where each set ends in hash order (:class:`Threshold`: the
+hash of the last pair it took). Later splits of that root take every pair up to the recorded
+end (:class:`Kept`): a pair once held out stays held out, and each set grows with the corpus by
+the same rule (new pairs below the threshold join it), instead of new pairs displacing old ones
+from the first ``n_test``. A source with no record (a pairs file, a fresh root) is split afresh,
+and a fresh root's first split is exactly the first ``n_test`` and next ``n_validation``.
 
 Each set becomes a retrieval task: its queries over its own documents plus a pool of training
 documents as distractors (also chosen by hash), the own document relevant. NDCG@10 with one
@@ -16,8 +22,9 @@ relevant document is ``1 / log2(rank + 1)`` for a rank up to 10, else 0.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +33,7 @@ import torch
 from mosaic_core.data.splits import split_sizes
 from mosaic_core.trainer.data import PairSet, read_rows
 
+log = logging.getLogger(__name__)
 Pair = tuple[str, str]
 
 
@@ -37,6 +45,24 @@ def text_hashes(texts: Iterable[str]) -> np.ndarray:
     """``uint64 [n]``: each text's 8-byte content hash read big-endian, so that the integers sort
     as the digests do."""
     return np.fromiter((int.from_bytes(_hash(t), "big") for t in texts), dtype=np.uint64)
+
+
+def content_hashes(queries: Sequence[str | None], documents: Sequence[str]) -> np.ndarray:
+    """``uint64 [n]``: each pair's content hash (:func:`text_hashes` of ``query ␟ document``; 0
+    for a row without a query, which is no pair): what the split and the embedding cache key on."""
+    hashes = text_hashes(f"{q}\x1f{d}" for q, d in zip(queries, documents, strict=True))
+    hashes[[q is None for q in queries]] = 0
+    return hashes
+
+
+def _pair_hashes(batch: pa.RecordBatch) -> np.ndarray:
+    return content_hashes(batch.column("query").to_pylist(), batch.column("document").to_pylist())
+
+
+def pair_hashes(batches: Iterable[pa.RecordBatch]) -> np.ndarray:
+    """``uint64 [n]``: the content hash of each pair (query ␟ document) of ``batches``, in order,
+    holding one batch's texts at a time (:attr:`ContentHashes.pairs` without the documents')."""
+    return np.concatenate([_pair_hashes(b) for b in batches] or [np.zeros(0, np.uint64)])
 
 
 @dataclass
@@ -54,32 +80,88 @@ class ContentHashes:
         would page in the whole file)."""
         pairs, documents = [], []
         for batch in batches:
-            queries, docs = batch.column("query").to_pylist(), batch.column("document").to_pylist()
-            pairs.append(text_hashes(f"{q}\x1f{d}" for q, d in zip(queries, docs, strict=True)))
-            pairs[-1][[q is None for q in queries]] = 0  # a document-only row is no pair
-            documents.append(text_hashes(docs))
+            pairs.append(_pair_hashes(batch))
+            documents.append(text_hashes(batch.column("document").to_pylist()))
         return cls(np.concatenate(pairs or [np.zeros(0, np.uint64)]),
                    np.concatenate(documents or [np.zeros(0, np.uint64)]))
 
 
+@dataclass(frozen=True)
+class Threshold:
+    """Where a held-out set ends in content-hash order: the hash of the last pair it took, and how
+    many pairs of that hash (identical pairs, in input order) it took; ``Threshold(0, 0)`` holds
+    nothing. Every pair below it belongs to the set, however many pairs the corpus gains."""
+
+    hash: int
+    ties: int
+
+    @classmethod
+    def after(cls, ordered: np.ndarray, n: int) -> Threshold:
+        """The end of the first ``n`` of ``ordered`` (sorted content hashes)."""
+        if n == 0:
+            return cls(0, 0)
+        last = ordered[n - 1]
+        return cls(int(last), n - int(np.searchsorted(ordered, last, "left")))
+
+    def count(self, ordered: np.ndarray) -> int:
+        """How many of ``ordered`` (sorted content hashes) lie at or below it."""
+        below, upto = np.searchsorted(ordered, np.uint64(self.hash), "left"), np.searchsorted(
+            ordered, np.uint64(self.hash), "right")
+        return int(below) + min(self.ties, int(upto - below))
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The thresholds a data root recorded for its test and validation sets (None: none
+    recorded, the set is drawn afresh: the first ``n_test``, the next ``n_validation``)."""
+
+    test: Threshold | None = None
+    validation: Threshold | None = None
+
+
 @dataclass
 class Split:
-    """Indices (ascending ``int64`` arrays) of the training, validation and test pairs."""
+    """Indices (ascending ``int64`` arrays) of the training, validation and test pairs, and the
+    thresholds that split them (the recorded ones, or those of a fresh split: what to record)."""
 
     train: np.ndarray
     validation: np.ndarray
     test: np.ndarray
+    ends: Kept = field(default_factory=Kept)
 
 
-def split_by_hash(hashes: np.ndarray, n_test: int, n_validation: int = 0) -> Split:
+def split_by_hash(hashes: np.ndarray, n_test: int, n_validation: int = 0, kept: Kept = Kept()) -> Split:
     """The split of pairs whose content hashes are ``hashes`` (``uint64 [n]``, :func:`text_hashes`
-    of ``query ␟ document``): the ``n_test`` lowest (at most a fifth) are the test set, the next
-    ``n_validation`` (at most a fifth of the rest) the validation set; equal hashes keep input order."""
+    of ``query ␟ document``; equal hashes in input order). Afresh: the ``n_test`` lowest (at most
+    a fifth) are the test set, the next ``n_validation`` (at most a fifth of the rest) the
+    validation set. With ``kept`` thresholds, each set is every pair up to its threshold (a
+    validation set afresh starts after the test set's threshold), still at most a fifth: a set a
+    shrunken corpus would hold beyond that is cut to its lowest hashes, with a warning."""
     order = np.argsort(hashes, kind="stable")
-    n_test, n_validation = split_sizes(len(hashes), n_test, n_validation)
-    part = np.zeros(len(hashes), dtype=np.int8)
-    part[order[:n_test]], part[order[n_test:n_test + n_validation]] = 1, 2
-    return Split(np.flatnonzero(part == 0), np.flatnonzero(part == 2), np.flatnonzero(part == 1))
+    ordered, n = hashes[order], len(hashes)
+    test_end = kept.test.count(ordered) if kept.test is not None else min(n_test, n // 5)
+    validation_end = kept.validation.count(ordered) if kept.validation is not None else test_end + n_validation
+    n_test, n_validation = split_sizes(n, test_end, max(validation_end - test_end, 0))
+    if n_test < test_end or (kept.validation is not None and n_validation < validation_end - test_end):
+        log.warning("the recorded held-out thresholds hold %d test and %d validation pairs of %d, more than a "
+                    "fifth each: the lowest %d and %d are held out", test_end, validation_end - test_end, n,
+                    n_test, n_validation)
+    part = np.zeros(n, dtype=np.int8)
+    part[order[:n_test]], part[order[test_end:test_end + n_validation]] = 1, 2
+    fresh_validation = Threshold.after(ordered, test_end + n_validation) if n_validation else Threshold(0, 0)
+    ends = Kept(kept.test if kept.test is not None else Threshold.after(ordered, n_test),
+                kept.validation if kept.validation is not None else fresh_validation)
+    return Split(np.flatnonzero(part == 0), np.flatnonzero(part == 2), np.flatnonzero(part == 1), ends)
+
+
+def held_out_change(previous: np.ndarray | None, current: np.ndarray) -> dict[str, int | None]:
+    """How the test set whose pair hashes are ``current`` differs from an earlier one's
+    (``previous``; None: no earlier set): its size, the pairs that joined it (new pairs below its
+    threshold), the pairs gone from it (their citation deleted or revised), the earlier size."""
+    if previous is None:
+        return {"pairs": len(current), "added": None, "gone": None, "previous": None}
+    return {"pairs": len(current), "added": int((~np.isin(current, previous)).sum()),
+            "gone": int((~np.isin(previous, current)).sum()), "previous": len(previous)}
 
 
 def split_indices(pairs: Sequence[Pair], n_test: int, n_validation: int = 0) -> Split:
@@ -170,25 +252,27 @@ def distractor_rows(rows: np.ndarray, documents: np.ndarray, held: np.ndarray, p
 
 
 def heldout_split(batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, pool: int, n_validation: int = 0,
-                  held: str = "test") -> tuple[list[Pair], list[str], int]:
+                  held: str = "test", kept: Kept = Kept()) -> tuple[list[Pair], list[str], int]:
     """(held-out pairs, distractor documents, number of pairs) of the table whose record batches
     (``query`` and ``document`` columns) ``batches()`` streams, in two passes holding two
     ``uint64`` per row and the picked texts, never the table. ``held="test"``: :func:`split_heldout`'s
     test pairs and :func:`retrieval_data`'s distractors; ``"validation"``: the validation pairs
     of :func:`split_by_hash` (``n_test``, ``n_validation``) over up to ``pool`` training documents,
-    the retrieval a training stage validates on (:func:`split_examples`)."""
+    the retrieval a training stage validates on (:func:`split_examples`); ``kept``: the source's
+    recorded thresholds."""
     hashes = ContentHashes.of(batches())
-    split = split_by_hash(hashes.pairs, n_test, n_validation)
+    split = split_by_hash(hashes.pairs, n_test, n_validation, kept)
     chosen = split.validation if held == "validation" else split.test
     distractors = distractor_rows(split.train, hashes.documents, hashes.documents[chosen], pool)
     texts = read_rows(batches(), np.concatenate([chosen, distractors]))
     return [texts[r] for r in chosen], [texts[r][1] for r in distractors], len(hashes.pairs)
 
 
-def _training(data: PairSet, hashes: ContentHashes, n_test: int, n_validation: int) -> tuple[PairSet, Split]:
+def _training(data: PairSet, hashes: ContentHashes, n_test: int, n_validation: int, kept: Kept,
+              ) -> tuple[PairSet, Split]:
     """(the training examples of ``data``, the test and validation pairs held out and their
     documents skipped as negatives; the split)."""
-    split = split_by_hash(hashes.pairs[data.rows], n_test, n_validation)
+    split = split_by_hash(hashes.pairs[data.rows], n_test, n_validation, kept)
     train = data.subset(split.train)
     if data.has_negatives:
         held = hashes.documents[data.rows[np.concatenate([split.validation, split.test])]]
@@ -197,22 +281,23 @@ def _training(data: PairSet, hashes: ContentHashes, n_test: int, n_validation: i
 
 
 def training_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int,
-                      n_validation: int) -> PairSet:
+                      n_validation: int, kept: Kept = Kept()) -> PairSet:
     """The training examples :func:`split_examples` gives (the same rows, the same negatives
     skipped), without reading the validation probe's texts."""
-    return _training(data, ContentHashes.of(batches()), n_test, n_validation)[0]
+    return _training(data, ContentHashes.of(batches()), n_test, n_validation, kept)[0]
 
 
 def split_examples(data: PairSet, batches: Callable[[], Iterable[pa.RecordBatch]], n_test: int, n_validation: int,
-                   pool: int) -> tuple[PairSet, RetrievalProbe | None]:
+                   pool: int, kept: Kept = Kept()) -> tuple[PairSet, RetrievalProbe | None]:
     """(training examples, validation retrieval) of ``data``, the examples of a whole table;
     ``batches()`` streams the table's record batches (from disk: each pass over every row holds
-    one batch's texts, never all of them). :func:`split_by_hash` of the pairs holds the test and
-    validation pairs out; their documents are left out of the training pairs' hard negatives (by
+    one batch's texts, never all of them). :func:`split_by_hash` of the pairs (with the source's
+    recorded thresholds ``kept``) holds the test and validation pairs out; their documents are
+    left out of the training pairs' hard negatives (by
     content hash); the validation queries retrieve over their documents and ``pool`` training
     documents (:func:`retrieval_data`). Memory: two ``uint64`` per table row and the probe's texts."""
     hashes = ContentHashes.of(batches())
-    train, split = _training(data, hashes, n_test, n_validation)
+    train, split = _training(data, hashes, n_test, n_validation, kept)
     if not len(split.validation):
         return train, None
     validation = data.rows[split.validation]

@@ -37,6 +37,7 @@ def test_example_pipeline_config_validates_and_bad_config_is_a_clear_error(tmp_p
     root = Path(__file__).resolve().parents[2]
     cfg = PipelineConfig.load(yaml.safe_load((root / "docs" / "pipeline.example.yaml").read_text()))
     assert [s.name for s in cfg.train.stages] == ["joint", "contrastive"] and cfg.vocab.base_model == cfg.base_model
+    assert cfg.trains_control and not [t.inputs() for t in cfg.eval_tasks if t.inputs()]  # runnable as shipped
     multistage = PipelineConfig.load(yaml.safe_load((root / "docs" / "multistage.example.yaml").read_text()))
     general, joint, _ = multistage.train.stages
     assert general.pairs and multistage.train.columns_for(general) == ("query", "positive")

@@ -123,3 +123,18 @@ def test_serve_refuses_a_silent_source_a_served_root_and_a_silent_api_first(tmp_
                             env={"PREFECT_API_URL": "http://127.0.0.1:9/api"})
     assert outcome == {"code": 2, "server": False, "torch": False}
     assert "the Prefect API http://127.0.0.1:9/api does not answer" in " ".join(said.split())
+@pytest.mark.parametrize("task", [{"kind": "beir", "name": "scifact", "path": "no-such/scifact"},
+                                  {"kind": "sts", "name": "local-sts", "path": "no-such/sts.jsonl"}])
+def test_a_missing_evaluation_file_is_reported_before_any_server_starts(tmp_path, task):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"renal outcomes of treatment {i}",
+                                         "document": f"We studied the kidneys of patient {i} " * 4}) + "\n"
+                             for i in range(300)))
+    config = tmp_path / "pipeline.yaml"
+    model = "offline:all-MiniLM-L6-v2"
+    config.write_text(json.dumps({"base_model": model, "filter": {"model": model},
+                                  "source": {"kind": "pairs", "path": str(pairs)}, "eval_tasks": [task]}))
+    outcome, said = _mosaic("run", "--config", str(config), "--data-root", str(tmp_path / "root"))
+    assert outcome == {"code": 2, "server": False, "torch": False}
+    assert f"eval_tasks '{task['name']}' ({task['kind']})" in said and task["path"] in " ".join(said.split())
+    assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.parquet"))  # nothing written

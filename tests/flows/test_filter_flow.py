@@ -2,10 +2,11 @@ import json
 
 import numpy as np
 import pytest
-from builders import tiny_bert
+from builders import article, pubmed_xml, tiny_bert, varied_articles, write_xml
 
 from flows.filter import filter_flow
-from mosaic_core.config import FilterConfig
+from flows.ingest import ingest_flow
+from mosaic_core.config import FilterConfig, IngestConfig
 from storage.catalog import Catalog
 from storage.embeddings import load_embeddings
 from storage.layout import DataLayout
@@ -106,3 +107,43 @@ def test_bounded_keeps_at_most_the_limit_in_flight_and_the_order():
     assert bounded(Future, [1, 2, 3, 4, 5], 2) == [10, 20, 30, 40, 50] and max(most) == 2
     most.clear()
     assert bounded(Future, [1, 2, 3], None) == [10, 20, 30] and max(most) == 3
+
+
+def test_an_update_encodes_only_its_new_and_revised_pairs(tmp_path, monkeypatch):
+    """An update file that revises one citation of a baseline file and deletes two of another:
+    both baseline partitions change, and neither is encoded again; the update's pairs are. The
+    filter then decides on the embeddings a fresh encoding of every pair gives."""
+    import tasks.filter
+
+    encoded: list[int] = []
+    encode = tasks.filter._encode
+
+    def counted(cfg, root, queries, documents):
+        encoded.append(len(queries))
+        return encode(cfg, root, queries, documents)
+    monkeypatch.setattr(tasks.filter, "_encode", counted)
+    src, root = tmp_path / "snapshot", str(tmp_path / "root")
+    write_xml(src / "pubmed26n0001.xml", pubmed_xml(varied_articles(100, 12)))
+    write_xml(src / "pubmed26n0002.xml", pubmed_xml(varied_articles(200, 12)))
+    cfg = FilterConfig(model=str(tiny_bert(tmp_path / "model")), k=2, precision="fp32")
+    ingest_flow(IngestConfig(source=str(src)), root, progress=False)
+    filter_flow(root, cfg, root)
+    assert encoded == [12, 12]
+
+    encoded.clear()
+    revised = article(105, version=2, title="Effect of a revised drug on outcomes in cohort 105",
+                      abstract="We revised this abstract of cohort 105 after a second look at the records: the adult "
+                               "patients given the drug had fewer events than the controls over the years they were "
+                               "followed, consistently across every subgroup that was examined.")
+    write_xml(src / "pubmed26n0003.xml", pubmed_xml([revised, *varied_articles(300, 3)], deleted=(201, 202)))
+    ingest_flow(IngestConfig(source=str(src)), root, progress=False)
+    manifests = filter_flow(root, cfg, root)
+    assert [(m.partition, m.rows_out) for m in manifests] == [("pubmed26n0001", 11), ("pubmed26n0002", 10),
+                                                             ("pubmed26n0003", 4)]
+    assert encoded == [4]  # the update's revised and new pairs; the baseline partitions' 21 pairs reused
+
+    for part in tasks.filter.list_partitions.fn(root, cfg):  # as if every pair had been encoded afresh
+        rows = tasks.filter.read_pair_partition(part)
+        stored = load_embeddings(DataLayout(root).root / "embeddings" / cfg.encoding_hash() / f"{part.name}.npz")
+        afresh = encode(cfg, root, rows.queries, rows.documents)
+        assert all(np.allclose(a, b, atol=2e-3) for a, b in zip(stored, afresh, strict=True)), part.name

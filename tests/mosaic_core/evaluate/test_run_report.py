@@ -23,6 +23,8 @@ def report(tmp_path):
                      decision={"published": True, "published_path": "/root/models/published/r1", "previous": None,
                                "message": "published: contrastive is not worse than base on heldout, invented-terms"},
                      funnel=[("citations parsed", 1250, "3 files"), ("kept by the filter", 900, "inconsistent 300")],
+                     heldout={"pairs": 66, "added": 3, "gone": 1, "previous": 64, "validation": 64,
+                              "since": "2026-11-28T02:00:00+00:00"},
                      vocab={"tokens_added": 30, "candidates": 519, "min_count": 5, "fertility_before": 1.3,
                             "fertility_after": 1.05, "examples": [{"token": "zorvatide"}],
                             "drift": {"mean_cos": 0.97, "p5_cos": 0.9}},
@@ -45,6 +47,9 @@ def test_the_report_leads_with_the_verdict_in_words_and_a_delta_column(report):
     assert "**Publish gate:** published: contrastive is not worse" in lead
     assert "| **contrastive** | 83.00 | +3.00 | 61.00 | +37.00 |" in md
     assert "| citations parsed | 1,250 | 3 files |" in md and "zorvatide" in md
+    assert "66 test pairs, 64 at the data root's last run (2026-11-28T02:00:00+00:00): 3 added (new pairs below " \
+           "the test set's content-hash threshold), 1 gone (their citation deleted or revised)." in md
+    assert json.loads((report["html"].parent / "results.json").read_text())["heldout"]["added"] == 3
     assert (report["html"].parent / "curve-contrastive.png").is_file()
     html = report["html"].read_text()
     assert "<table>" in html and 'src="data:image/png;base64,' in html and "src=\"curve" not in html

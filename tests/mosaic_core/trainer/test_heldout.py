@@ -1,6 +1,7 @@
 """The held-out split and the training examples: the split from an array of content hashes is the
-sorted-hash split it always was, and a PairSet over an Arrow table reads the examples, hard
-negatives included, that the lists of Python strings held before."""
+sorted-hash split it always was, its recorded thresholds give it again and keep it as the corpus
+grows, and a PairSet over an Arrow table reads the examples, hard negatives included, that the
+lists of Python strings held before."""
 
 import hashlib
 import random
@@ -10,7 +11,8 @@ import pyarrow as pa
 
 from mosaic_core.trainer.data import PairSet
 from mosaic_core.data.splits import split_sizes
-from mosaic_core.trainer.heldout import RetrievalProbe, split_examples, split_indices
+from mosaic_core.trainer.heldout import (Kept, RetrievalProbe, Threshold, held_out_change, split_by_hash,
+                                         split_examples, split_indices, text_hashes)
 
 
 def test_the_split_sizes_are_those_split_indices_holds_out():
@@ -40,6 +42,78 @@ def test_the_split_from_hash_arrays_is_the_sorted_split_of_before():
             split = split_indices(pairs, *asked)
             assert (split.train.tolist(), split.validation.tolist(), split.test.tolist()) == \
                 sorted_split(pairs, *asked), (n, asked)
+
+
+def test_a_split_with_its_own_thresholds_is_the_fresh_split_again():
+    rng = random.Random(3)
+    words = ["cell", "tumour", "dose", "rat", "renal"]
+    for n in (5, 60, 1000):
+        pairs = [(" ".join(rng.choices(words, k=2)), " ".join(rng.choices(words, k=3))) for _ in range(n)]
+        pairs += pairs[: n // 3]  # many identical pairs: equal hashes on either side of each threshold
+        hashes = text_hashes("\x1f".join(p) for p in pairs)
+        for asked in ((256, 256), (3, 7), (0, 5), (9, 0)):
+            fresh = split_by_hash(hashes, *asked)
+            again = split_by_hash(hashes, *asked, fresh.ends)
+            assert [a.tolist() for a in (again.train, again.validation, again.test)] == \
+                [a.tolist() for a in (fresh.train, fresh.validation, fresh.test)], (n, asked)
+            assert again.ends == fresh.ends
+
+
+def corpus(start, n):
+    return [(f"query {i} on the kidney", f"document {i} on the kidney") for i in range(start, start + n)]
+
+
+def test_a_growing_corpus_keeps_every_earlier_test_pair_and_its_sets_grow_with_it():
+    """Ten updates of 5 % new pairs each, each deleting two pairs (one held out): every held-out
+    pair still in the corpus stays in its set, the new pairs join by the recorded thresholds, and
+    each set keeps the share of the corpus the first split gave it."""
+    pairs, kept, n_test, n_validation = corpus(0, 20_000), Kept(), 400, 300
+    first, earlier = None, {}
+    rng = random.Random(5)
+    for tick in range(11):
+        hashes = text_hashes("\x1f".join(p) for p in pairs)
+        split = split_by_hash(hashes, n_test, n_validation, kept)
+        sets = {name: {pairs[i] for i in getattr(split, name)} for name in ("test", "validation")}
+        for name, held in earlier.items():
+            assert held & set(pairs) <= sets[name], (tick, name)  # nothing held out leaves its set
+        if first is None:  # a fresh split: exactly the sizes asked
+            first, kept = {name: len(held) for name, held in sets.items()}, split.ends
+            assert first == {"test": n_test, "validation": n_validation}
+        grown = len(pairs) / 20_000
+        for name, held in sets.items():  # the same share of the corpus, within binomial noise
+            expected = first[name] * grown
+            assert abs(len(held) - expected) < 4 * expected ** 0.5 + 1, (tick, name, len(held), expected)
+        assert not sets["test"] & sets["validation"]
+        assert split_by_hash(hashes, n_test, n_validation, kept).test.tolist() == split.test.tolist()  # stable
+        earlier = sets
+        gone = {rng.choice(sorted(sets["test"])), pairs[rng.randrange(len(pairs))]}
+        pairs = [p for p in pairs if p not in gone]
+        new = corpus(100_000 + 1_000 * tick, 1_000)
+        pairs = pairs[:len(pairs) // 2] + new + pairs[len(pairs) // 2:]  # new pairs anywhere in input order
+    assert len(sets["test"]) > n_test * 1.3  # the set grew with the corpus: about 1.5x
+
+
+def test_recorded_thresholds_hold_at_most_a_fifth_of_a_shrunken_corpus():
+    hashes = text_hashes("\x1f".join(p) for p in corpus(0, 1000))
+    ends = split_by_hash(hashes, 150, 100).ends
+    few = hashes[np.sort(np.argsort(hashes)[:300])]  # left: the 250 held-out pairs and 50 others
+    split = split_by_hash(few, 150, 100, ends)  # the thresholds alone would hold out 150 and 100 of 300
+    ordered = np.sort(few)
+    assert set(few[split.test]) == set(ordered[:60])  # a fifth: the lowest of the recorded test pairs
+    assert set(few[split.validation]) == set(ordered[150:150 + 48])  # a fifth of the rest, from the validation set
+
+
+def test_a_threshold_counts_identical_pairs_as_the_split_took_them():
+    ordered = np.array([1, 5, 5, 5, 9], dtype=np.uint64)
+    assert Threshold.after(ordered, 3) == Threshold(5, 2) and Threshold(5, 2).count(ordered) == 3
+    assert Threshold(5, 2).count(ordered[:2]) == 2 and Threshold(0, 0).count(ordered) == 0
+    assert Threshold(7, 1).count(ordered) == 4  # a threshold between hashes: every pair below it
+
+
+def test_the_test_sets_change_counts_pairs_added_and_gone():
+    previous, current = np.array([1, 2, 3], dtype=np.uint64), np.array([2, 3, 4, 5], dtype=np.uint64)
+    assert held_out_change(previous, current) == {"pairs": 4, "added": 2, "gone": 1, "previous": 3}
+    assert held_out_change(None, current) == {"pairs": 4, "added": None, "gone": None, "previous": None}
 
 
 def rows_with_negatives(n=60):
