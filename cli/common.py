@@ -181,39 +181,6 @@ def _bare_wait(argv: list[str]) -> list[str]:
     return out
 
 
-class Stopped(BaseException):
-    """SIGTERM or SIGINT reached a command that runs flows: raised where it was, so that its flows
-    record their end and its temporary server stops (``BaseException``: no handler takes it for
-    a failed input or step)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _stop_on_signals() -> None:
-    def stop(signum: int, _frame) -> None:
-        raise Stopped(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop)
-
-
-def _stop_signal(exc: BaseException) -> int | None:
-    """The signal that stopped the command, if ``exc`` is, or came of, one: Prefect takes SIGTERM
-    over while a flow runs, and a signal that lands as a task run is being created surfaces as
-    Prefect's own error, with the signal in its context."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, Stopped):
-            return exc.signum
-        if raised(exc, "prefect.exceptions:TerminationSignal"):
-            return int(exc.signal)
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
     console.print(f"[yellow]warning:[/yellow] {escape(str(message))}")
 
@@ -229,6 +196,7 @@ def main() -> None:
     from flows.server import command_api
     from storage.lock import RootBusy
     from storage.space import NoSpace
+    from storage.stopping import STOP_SIGNALS, raise_stopped, stop_signal, stops_honoured
 
     debug = "--debug" in sys.argv or os.environ.get("MOSAIC_DEBUG") == "1"
     warnings.showwarning = _warning_line  # an old config's spelling, a library's notice: one line each
@@ -238,15 +206,17 @@ def main() -> None:
     runs_flows = len(sys.argv) > 1 and sys.argv[1] in FLOW_COMMANDS and "--help" not in sys.argv
     log = full_log(sys.argv[1], tracebacks_on_console=debug) if runs_flows else contextlib.nullcontext()
     if runs_flows:
-        _stop_on_signals()
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, raise_stopped)
     log_path = None
     try:
-        with log as log_path, command_api() if runs_flows else contextlib.nullcontext():
+        with (log as log_path, command_api() if runs_flows else contextlib.nullcontext(),
+              stops_honoured() if runs_flows else contextlib.nullcontext()):
             app()  # usage errors and typer.Exit end here with click's message and exit code
     except SystemExit:  # --help, usage errors, typer.Exit
         raise
     except BaseException as exc:
-        if debug and _stop_signal(exc) is None and not isinstance(exc, (RootBusy, NoSpace)):
+        if debug and stop_signal(exc) is None and not isinstance(exc, (RootBusy, NoSpace)):
             raise
         if (code := _ending(exc, log_path, runs_flows)) is None:
             raise
@@ -259,8 +229,9 @@ def _ending(exc: BaseException, log_path: str | None, runs_flows: bool) -> int |
     from flows.console import short
     from storage.lock import RootBusy
     from storage.space import NoSpace, space_problem
+    from storage.stopping import stop_signal
 
-    if (signum := _stop_signal(exc)) is not None:
+    if (signum := stop_signal(exc)) is not None:
         console.print(f"[yellow]stopped ({signal.Signals(signum).name}):[/yellow] every step that finished is kept, "
                       "and a training stage's last checkpoint; run the same command to go on from there")
         return 128 + signum

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from storage.parquet import remove_stale_temporaries
 from storage.space import WRITTEN
+from storage.stopping import stops_honoured
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,10 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0,
     seconds to wait for another writer before raising :class:`RootBusy` (0: raise at once;
     ``None``: wait as long as it takes); ``advice``: what the message of :class:`RootBusy` tells
     its reader to do. Re-entrant within a process: an inner block of the same root (a stage flow
-    inside the pipeline, a task thread) returns at once.
+    inside the pipeline, a task thread) returns at once. A SIGTERM or SIGINT to the holder ends
+    the block wherever it lands (:mod:`storage.stopping`): a flow run served by ``mosaic serve``
+    or a worker stops, and so releases the lock, even where Prefect's engine would have lost the
+    signal.
     """
     if root is None:
         yield None
@@ -181,7 +185,8 @@ def root_lock(root: str | Path | None, command: str, wait: float | None = 0.0,
             WRITTEN[path] = "data root"
         held.depth += 1
     try:
-        yield path
+        with stops_honoured():  # a stop that lands where Prefect loses it still ends the writer
+            yield path
     finally:
         with _GUARD:
             held.depth -= 1
