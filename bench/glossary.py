@@ -1,7 +1,7 @@
 """Does a glossary make the adapted model win where words are new? (issue 65)
 
     python bench/glossary.py [--work /work/runs/glossary] [--seeds 0,1,2] [--arms without,with]
-        [--real] [--mesh ../shared/data/mesh/desc_subset.xml] [--report-only]
+        [--real] [--mesh bench/data/mesh/desc_subset.xml.gz] [--report-only]
 
 Every point is what a user runs, through the CLI, each in a data root of its own under WORK:
 
@@ -40,7 +40,7 @@ SHARED = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "bench" / "results" / "glossary"
 PAIRS = SHARED / "biomed" / "biomed_title_abstract.jsonl"
 SCIFACT = SHARED / "scifact"
-MESH = SHARED / "mesh" / "desc_subset.xml"
+MESH = ROOT / "bench" / "data" / "mesh" / "desc_subset.xml.gz"
 BASE = "offline:all-MiniLM-L6-v2"
 
 

@@ -1,14 +1,17 @@
 """The glossary's records, MeSH descriptors, dictionary texts and definition pairs."""
 
+import gzip
 import io
+from pathlib import Path
 
 import pytest
 
-from builders import shared_data
 from mosaic_core.config import DictionaryConfig
 from mosaic_core.data.glossary import (GlossaryEntry, NotAGlossary, dedupe, definition_pairs, dictionary_texts,
                                        glossary_entry, mesh_entries, single_words, used_entries)
 
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures"
 MESH = b"""<?xml version="1.0"?>
 <!DOCTYPE DescriptorRecordSet SYSTEM "desc2025.dtd">
 <DescriptorRecordSet LanguageCode="eng">
@@ -100,8 +103,8 @@ def test_single_words_are_the_one_word_names():
 
 
 def test_the_real_mesh_extract_reads():
-    path = shared_data("mesh", "desc_subset.xml")
-    with open(path, "rb") as fh:
+    path = ROOT / "bench" / "data" / "mesh" / "desc_subset.xml.gz"
+    with gzip.open(path, "rb") as fh:
         dropped = {}
         entries = list(dedupe(mesh_entries(fh, str(path)), dropped))
     assert len(entries) > 1000
@@ -118,8 +121,8 @@ def test_used_entries_are_those_the_texts_name_as_whole_words():
 
 
 def test_nlm_s_own_descriptor_file_reads_with_its_doctype_and_every_element():
-    path = shared_data("mesh", "desc2014_head_sample.xml")
-    with open(path, "rb") as fh:
+    path = FIXTURES / "desc2014_head_sample.xml.gz"
+    with gzip.open(path, "rb") as fh:
         got = list(mesh_entries(fh, str(path)))
     entries = [e for e, _ in got if e is not None]
     assert len(got) == 63 and len(entries) == 58 and [r for _, r in got].count("no_scope_note") == 5
