@@ -31,14 +31,14 @@ Name = Annotated[Optional[str], typer.Option(
     "path, so that each data root has a deployment of its own.")]
 
 
-def _checked_config(config: Path | None) -> str | None:
+def _checked_config(config: Path | None, root: str) -> str | None:
     """The config file as the deployment's parameter (absolute), after checking what a run of it
-    reads: the config itself, its models and files, and that its source answers (a mirror's
-    listing, a local snapshot's folder)."""
+    into ``root`` reads: the config itself, its models and files, and that its source answers (a
+    mirror's listing, a local snapshot's folder)."""
     if config is None:
         return None  # the built-in demo: generated into the data root by the run
     cfg = _pipeline_config(config)
-    _check_inputs(cfg, config)
+    _check_inputs(cfg, config, Path(root))
     if cfg.source.kind == "pubmed":
         from storage.sources import SourceError, list_source
 
@@ -125,7 +125,7 @@ def serve(
     from storage.lock import serve_lock
 
     root = _folder(data_root)
-    config_file = _checked_config(config)
+    config_file = _checked_config(config, root)
     name = name or deployment_name(root)
     with serve_lock(root, f"mosaic serve (deployment {FLOW_NAME}/{name})"):
         _prefect_api()
@@ -169,7 +169,7 @@ def deploy(
     parameters through Prefect's client and exits; run it again to change them.
     """
     root = _folder(data_root)
-    config_file = _checked_config(config)
+    config_file = _checked_config(config, root)
     name = name or deployment_name(root)
     _prefect_api()
     _check_pool(pool)
