@@ -126,7 +126,9 @@ _WATCHER: _Watcher | None = None
 
 
 def _forget_in_child() -> None:
-    """A forked child has no watcher thread: the signals it gets are its own, not the parent's."""
+    """A forked child has no watcher thread: the signals it gets are its own, not the parent's. (A
+    signal the child gets before this hook runs, in the instant after the fork, is still written to
+    the parent's pipe and stops the parent.)"""
     global _WATCHER
     if _WATCHER is not None:
         signal.set_wakeup_fd(-1)

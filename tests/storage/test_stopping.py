@@ -98,11 +98,14 @@ def test_a_forked_child_s_signal_does_not_stop_the_parent():
     cases = run("""
         def fork_and_stop_the_child():
             global sent
+            ready, started = os.pipe()
             child = os.fork()
             if child == 0:  # a Python handler, as a forked worker inherits one: the signal is noted
                 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+                os.write(started, b"1")
                 time.sleep(30)
                 os._exit(0)
+            os.read(ready, 1)  # the child runs: its after-fork hook is done (a signal before it is a known gap)
             sent = time.monotonic()
             os.kill(child, signal.SIGTERM)  # written to the wakeup fd the child inherited
             os.waitpid(child, 0)
