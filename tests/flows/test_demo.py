@@ -45,7 +45,7 @@ def pickles(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(3600)  # a hang guard: alone 10-15 min on 2 cores; past 30 min with two other jobs on them
+@pytest.mark.timeout(3600)  # a hang guard: alone well under 30 min on 2 cores; past it with two other jobs on them
 def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_path):
     root = tmp_path / "demo"
     cfg = demo_config(str(root), seed=0)

@@ -85,7 +85,7 @@ def test_a_misspelt_column_is_one_short_error_listing_the_columns(tmp_path):
     assert not DataLayout(tmp_path / "r").catalog_path.exists()
 
 
-@pytest.mark.timeout(3600)  # a hang guard: alone 10-15 min on 2 cores; past 30 min with two other jobs on them
+@pytest.mark.timeout(3600)  # a hang guard: alone well under 30 min on 2 cores; past it with two other jobs on them
 def test_the_python_docs_example_runs_end_to_end_and_a_rerun_is_cached(tmp_path):
     cfg = load_pipeline_config(str(EXAMPLE))
     assert Path(cfg.source.path) == EXAMPLE.parent / "pairs.jsonl"  # relative to the config file
