@@ -11,10 +11,8 @@ the file and what to do.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from storage.own_pairs import _kind, file_batches, require_columns, source_files
-from storage.pairs_io import CorpusError, open_binary
+from storage.pairs_io import CorpusError, open_binary, write_jsonl
 from storage.parquet import write_partition
 
 log = logging.getLogger(__name__)
@@ -196,15 +194,7 @@ def write_pairs(path: Path, pairs: Iterable[Mapping[str, object]]) -> dict[str, 
     if path.suffix == ".parquet":
         write_partition(path, PAIR_SCHEMA, _chunks(rows(), 10_000))
         return dict(counts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for row in rows():
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_jsonl(path, rows())
     return dict(counts)
 
 

@@ -17,15 +17,13 @@ A downloaded glossary lives in ``DATA_ROOT/raw/glossary/<name>``, verified again
 from __future__ import annotations
 
 import json
-import os
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 from storage.layout import DataLayout
 from storage.own_pairs import content_hash, file_batches, file_columns, require_columns
-from storage.pairs_io import CorpusError, open_binary
+from storage.pairs_io import CorpusError, open_binary, write_jsonl
 from storage.sources import SourceError, SourceFile, TransientDownloadError, fetch, is_remote
 
 ENTRIES, DICTIONARY, PAIRS, RECORD = "entries.jsonl", "dictionary.jsonl", "definition_pairs.jsonl", "glossary.json"
@@ -81,22 +79,6 @@ def table_rows(path: Path, required: tuple[str, str], optional: tuple[str, ...],
 
 def file_digest(path: Path) -> str:
     return content_hash([path])
-
-
-def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
-    """Write ``rows`` as JSON lines to ``path`` atomically (a temporary file, then renamed); how many."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    count = 0
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return count
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:

@@ -7,7 +7,9 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import Iterator
+import os
+import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -470,8 +472,18 @@ def read_pair_partition(part: PairPartition, query_col: str = "query", doc_col: 
     return out
 
 
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    """Write records as JSON Lines, atomically."""
-    from storage.parquet import write_atomic_bytes
-
-    write_atomic_bytes(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode())
+def write_jsonl(path: Path, records: Iterable[dict]) -> int:
+    """Write records as JSON Lines, streamed and atomically (a temporary file beside ``path``, then
+    renamed); how many."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    count = 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count

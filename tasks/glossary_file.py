@@ -13,8 +13,8 @@ from mosaic_core.config import GlossaryConfig
 from mosaic_core.data.glossary import (CODE_VERSION, GlossaryEntry, NotAGlossary, dedupe, definition_pairs,
                                        dictionary_texts, glossary_entry, mesh_entries, used_entries)
 from storage.glossary import (DICTIONARY, ENTRIES, PAIRS, file_digest, glossary_dir, local_glossary, read_jsonl,
-                              starts_with_markup, table_rows, write_jsonl, write_record)
-from storage.pairs_io import CorpusError, open_binary
+                              starts_with_markup, table_rows, write_record)
+from storage.pairs_io import CorpusError, open_binary, write_jsonl
 from storage.sources import is_remote
 
 log = logging.getLogger(__name__)
