@@ -197,19 +197,42 @@ def probe(
     out_console().print(f"adaptation corpus: {result['adaptation_pairs']}; report: {result['report']['html']}")
 
 
+def _ticks_table(ticks: list[dict], data_root: Path, task: str | None) -> Table:
+    """One row per tick, newest first: its kind and why, its pairs, tokens, cost and its
+    candidate's scores (main score × 100)."""
+    table = Table(title=f"Ticks ({data_root}): full rebuilds and update ticks")
+    for col in ("tick", "kind", "why", "new pairs", "pairs trained", "tokens added", "steps", "minutes", "judged",
+                "scores", "published"):
+        table.add_column(col, overflow="fold")
+    for t in reversed(ticks):
+        scores = t.get("scores", {}).get(t.get("candidate"), {})
+        table.add_row(str(t["tick"]), t["kind"], t["reason"], f"{t['new_pairs']:,}" if t["kind"] == "update" else "–",
+                      f"{t.get('pairs_trained', 0):,}", str(t.get("tokens_added", "–")), str(t.get("steps", "–")),
+                      f"{t.get('seconds', 0) / 60:.1f}", t.get("candidate", "–"),
+                      ", ".join(f"{k} {100 * v:.2f}" for k, v in scores.items() if task is None or k == task),
+                      "yes" if t.get("published") else "no")
+    return table
+
+
 @app.command()
 def history(
     data_root: DataRoot = DEFAULT_ROOT,
     task: Annotated[Optional[str], typer.Option(help="Only this task.")] = None,
     last: Annotated[int, typer.Option(help="Most recent N evaluation runs and publish decisions.")] = 10,
 ) -> None:
-    """Past evaluations and publish decisions recorded in the data root's catalog, newest first."""
+    """The data root's ticks (each run that trained: a full rebuild or an update tick, why, the pairs
+    it trained on, the tokens it added, its cost and scores), then past evaluations and publish
+    decisions recorded in its catalog, newest first."""
     from storage.catalog import Catalog
     from storage.layout import DataLayout
+    from storage.ticks import read_ticks
 
     with Catalog(DataLayout(data_root)) as cat:
         cat.refresh()
         rows, decisions = cat.eval_history(last, task), cat.decisions(last)
+    ticks = read_ticks(str(data_root))[-last:]
+    if ticks:
+        out_console().print(_ticks_table(ticks, data_root, task))
     if not rows and not decisions:
         console.print(f"no evaluations recorded in {data_root}: run `mosaic eval --data-root {data_root}` first")
         raise typer.Exit(1)

@@ -151,6 +151,11 @@ def run(
         "config): --set train.heldout_pairs=500 --set source.path=more.jsonl --set train.stages.0.max_steps=200; "
         "the value is read as YAML (3, 0.5, true, [a, b], null). A new source.kind starts that source from its "
         "defaults; the sections and fields are in the configuration reference (docs/reference/config.md).")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="A full rebuild: stage 1 and every training stage over all the pairs, from the base model. "
+        "Without it, a rerun that finds new pairs beside the live models of the last run (same configuration) is "
+        "an update tick: it trains the live models on the new pairs and a replay of earlier ones "
+        "(docs/concepts/continual.md).")] = False,
     mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:
@@ -186,8 +191,10 @@ def run(
     if cfg is not None and tracking is not None:
         cfg = cfg.model_copy(update={"tracking": tracking})
     try:
-        result = (_run("flows.pipeline:mosaic_pipeline", cfg, str(root), writes=root, wait=wait) if cfg is not None
-                  else _run("flows.demo:demo_flow", str(root), seed, tracking, sets or None, writes=root, wait=wait))
+        result = (_run("flows.pipeline:mosaic_pipeline", cfg, str(root), full, writes=root, wait=wait)
+                  if cfg is not None
+                  else _run("flows.demo:demo_flow", str(root), seed, tracking, sets or None, full, writes=root,
+                            wait=wait))
     except Exception as exc:
         if not raised(exc, "flows.ingest:IngestFailed"):
             raise
@@ -202,6 +209,7 @@ def _print_run(result: dict, root: Path, tracking) -> None:
     """What a pipeline run did: the filter, stage 1, the stage table, the report's summary, the
     models and the decision."""
     out = out_console()
+    out.print(f"{result['tick']['words']}")
     out.print(f"filter: kept {result['pairs_kept']} of {result['pairs']} pairs; "
               f"stage 1 added {result['vocab']['tokens_added']} tokens")
     _print_stages(result["stages"], paths=False)

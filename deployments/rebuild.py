@@ -22,7 +22,7 @@ def rebuild_deployment(config_file: str | None, data_root: str, cron: str | None
     return rebuild.to_deployment(
         name=name,
         cron=cron,
-        parameters={"config_file": config_file, "data_root": data_root, "force": False},
+        parameters={"config_file": config_file, "data_root": data_root, "force": False, "full": False},
         description=f"Rebuild the adapted model of {data_root} when the snapshot source has new files.",
         tags=["mosaic"],
         **on_pool,

@@ -39,12 +39,12 @@ def snapshot_files(source: DemoSource, data_root: str) -> list[SourceFile]:
 
 @flow(name="demo")
 def demo_flow(data_root: str, seed: int = 0, tracking: TrackingConfig | None = None,
-              sets: dict[str, object] | None = None) -> dict:
+              sets: dict[str, object] | None = None, full: bool = False) -> dict:
     """``mosaic run`` without a config: the demo snapshot of ``seed``, ingested, filtered,
     expanded, trained, evaluated (held-out pairs and the invented-term task) and gated
     (tracked in MLflow too with ``tracking``; ``sets``: dotted fields of its config replaced,
-    as ``mosaic run --set`` gives them)."""
+    as ``mosaic run --set`` gives them; ``full``: a full rebuild, never an update tick)."""
     with root_lock(data_root, "demo flow"):
         cfg = demo_config(data_root, seed)
         cfg = cfg.overridden(sets) if sets else cfg
-        return mosaic_pipeline(cfg.model_copy(update={"tracking": tracking}) if tracking else cfg, data_root)
+        return mosaic_pipeline(cfg.model_copy(update={"tracking": tracking}) if tracking else cfg, data_root, full)

@@ -15,33 +15,42 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
+import time
+
+from flows.decide import choose_candidate, published_words, taught_terms
 from flows.evaluate import eval_flow
 from flows.sources import source_hook
 from flows.train import train_flow
+from flows.update import update_tick
 from flows.vocab import vocab_flow
-from mosaic_core.config import EvalConfig, PipelineConfig, TrainConfig
+from mosaic_core.config import EvalConfig, PipelineConfig
+from mosaic_core.continual import FULL
 from storage.lock import root_lock
+from tasks.continual import prepare_tick, record_tick, tick_words
 from tasks.evaluate import write_model_cards
-from tasks.glossary import describe_terms, prepare_glossary
+from tasks.glossary import prepare_glossary
 from tasks.heldout import hold_out
 from tasks.export import export_published
-from tasks.publish import decide_and_publish, pick_recipe, published_model
+from tasks.publish import decide_and_publish, published_model, scores_by_model
 from tasks.space import check_disk
 from tasks.report import funnel, run_report, story
 from tasks.tracking import end_run, log_outcome, log_stage, start_run
 
 
 @flow(name="mosaic_pipeline")
-def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
+def mosaic_pipeline(cfg: PipelineConfig, data_root: str, full: bool = False) -> dict:
     """Run the whole pipeline under ``data_root``; models go to ``data_root/models``, the
     evaluation report to ``data_root/report``. The final model is published
     (``data_root/models/current``) only if the publish gate passes: not worse than the base
-    model, nor than the model published now, on the gate tasks."""
+    model, nor than the model published now, on the gate tasks. A run that finds new pairs
+    beside the live models of the root's last run, with the same configuration, is an update
+    tick (:mod:`flows.update`) unless ``full`` (or a rule of ``cfg.update``) asks for a full
+    rebuild; the returned ``tick`` says which ran and why."""
     run_id = start_run(cfg.tracking, flow_run.name or "mosaic", {"config": cfg.model_dump(mode="json"),
                                                                 "data_root": data_root},
                        {"mosaic.prefect_flow_run_id": str(flow_run.id)}) if cfg.tracking.mlflow_uri else None
     try:
-        result = _pipeline(cfg, data_root, run_id)
+        result = _pipeline(cfg, data_root, run_id, full)
     except BaseException:
         end_run(cfg.tracking, run_id, "FAILED")
         raise
@@ -49,51 +58,18 @@ def mosaic_pipeline(cfg: PipelineConfig, data_root: str) -> dict:
     return result
 
 
-def _candidate(cfg: PipelineConfig, models: dict[str, str], final: str, data_root: str) -> tuple[str, dict | None]:
-    """(the model the gate judges, how it was chosen): with a control, the better of it and the
-    adapted model on the validation pairs (the control unless the adapted model is ahead beyond
-    noise); ``gate.beat_control`` keeps the adapted model, which must then beat the control."""
-    if "control" not in models:
-        return final, None
-    scores = {} if not cfg.train.validation_pairs else eval_flow(  # none: nothing to tell them apart on
-        {final: models[final], "control": models["control"]},
-        EvalConfig(tasks=(cfg.validation_spec(data_root),), prompts=cfg.prompts,
-                   model_kind="sparse" if cfg.model_kind == "sparse" else "auto"),
-        str(Path(data_root) / "report" / "validation"))["scores"]
-    recipe = pick_recipe(final, "control", scores)
-    return (final if cfg.gate.beat_control else recipe["model"]), recipe
-
-
-def _taught_terms(cfg: PipelineConfig, vocab: dict, stages: list[dict], train: TrainConfig, stage1: str,
-                  data_root: str) -> list[dict]:
-    """The run report's glossary terms (:func:`describe_terms`): the adapted model against the model
-    that entered the dictionary stage (else stage 1)."""
-    added = (vocab.get("glossary") or {}).get("added") or []
-    if not added:
-        return []
-    names = [s["stage"] for s in stages]
-    at = names.index(train.dictionary.name) if train.dictionary is not None and train.dictionary.name in names else 0
-    before = stages[at - 1]["out_dir"] if at > 0 else stage1
-    return describe_terms(added, before, stages[-1]["out_dir"], data_root, cfg.vocab.text_columns, cfg.base_model)
-
-
-def published_words(decision: dict, candidate: str) -> str:
-    """What a run's summary says of its result: the model it published and which one that is (the
-    adapted model or the control), or that it published none and which stays in use."""
-    which = "the control, plain fine-tuning of the base" if candidate == "control" else "the adapted model"
-    if decision["published"]:
-        return f"published model `{decision['published_path']}` ({which})"
-    kept = f"`{decision['previous']}`, kept" if decision["previous"] else "none yet"
-    return f"nothing published ({which} was judged); published model {kept}"
-
-
-def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
+def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None, full: bool) -> dict:
     with root_lock(data_root, "mosaic_pipeline flow"):
-        root = Path(data_root)
+        started, root = time.monotonic(), Path(data_root)
         check_disk(cfg, data_root)  # a run whose models would not fit is refused before it starts
         ingested, filtered = source_hook(cfg.source, "flow")(cfg.source, cfg, data_root)
         glossary = prepare_glossary(cfg.glossary, data_root, cfg.vocab) if cfg.glossary else None
         held = hold_out(data_root, cfg.train.heldout_pairs, cfg.train.validation_pairs)  # kept as earlier runs held
+        plan = prepare_tick(data_root, cfg, full)
+        if plan["kind"] != FULL:
+            return update_tick(cfg, data_root, plan, {"ingested": ingested, "filtered": filtered, "glossary": glossary,
+                                                      "held": held}, run_id)
+        tick = {**plan, "words": tick_words(plan)}
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1, cfg.glossary, glossary and glossary["entries_path"])
         if run_id is not None:
@@ -105,7 +81,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
         control = (train_flow(cfg.base_model, data_root, train.control(), str(root / "models" / "control"),
                               tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"] if cfg.trains_control else None)
         tasks = cfg.eval_specs(data_root)
-        terms = _taught_terms(cfg, vocab, stages, train, stage1, data_root)
+        terms = taught_terms(cfg, vocab, stages, train, stage1, data_root)
         final = stages[-1]["stage"]
         published = published_model(data_root)
         models = {"base": cfg.base_model, "stage1": stage1, **({"control": control} if control else {}),
@@ -121,7 +97,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
             report["scores"] = {m: ss + cut["scores"].get(m, []) for m, ss in report["scores"].items()}
         write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
                           "control" if control else None)
-        candidate, recipe = _candidate(cfg, models, final, data_root)
+        candidate, recipe = choose_candidate(cfg, models, final, data_root)
         decision = decide_and_publish(str(flow_run.id), candidate, models, report["scores"],
                                       ["base", *(["published"] if published else []),
                                        *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
@@ -136,9 +112,17 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
             funnel=story_funnel, heldout=held,
             task_words={t.name: t.description for t in tasks if t.description},
             metadata={"base model": cfg.base_model, "data root": data_root, "config": cfg.config_hash()},
-            control="control" if control else None, glossary=terms),
+            control="control" if control else None, glossary=terms, tick=tick),
             str(root / "report"))
         kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
+        if plan["record"]:
+            by_model = scores_by_model(report["scores"])
+            record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control
+                                                                                     else {})},
+                        {"seconds": round(time.monotonic() - started, 1), "pairs_trained": on_pairs["pairs"],
+                         "tokens_added": vocab["tokens_added"], "steps": sum(s["steps"] for s in stages),
+                         "published": decision["published"], "candidate": candidate, "run_id": str(flow_run.id),
+                         "scores": {m: by_model[m] for m in (candidate, "base", "published") if m in by_model}})
         if run_id is not None:
             log_outcome(cfg.tracking, run_id, report["scores"], decision, report_paths, stages[-1]["out_dir"],
                         {"tokens_added": vocab["tokens_added"], "pairs_kept": kept, "pairs_filtered": total,
@@ -155,4 +139,4 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None) -> dict:
                 "scores": report["scores"],
                 "final_model": stages[-1]["out_dir"], "decision": decision,
                 "published_model": decision["published_path"] or decision["previous"], "exports": exports,
-                "published_words": published_words(decision, candidate)}
+                "published_words": published_words(decision, candidate), "tick": tick}

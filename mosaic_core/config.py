@@ -6,6 +6,8 @@ the evaluation, the gate, tracking and the whole pipeline here, the data steps i
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Literal
 
@@ -24,7 +26,7 @@ __all__ = ["DEFAULT_BASE", "DemoSource", "DictionaryConfig", "DistillConfig", "D
            "EvalConfig", "EvalTask", "EvalTaskSpec", "FilterConfig", "Frozen", "GateConfig", "GlossaryConfig",
            "IngestConfig", "IslamicConfig", "IslamicSource", "NCBI_PUBMED_URL", "OFFLINE_MODEL", "OwnPairsConfig",
            "OwnPairsSource", "PRESETS", "PairConfig", "PipelineConfig", "PromptsConfig", "PubMedSource", "Source",
-           "StageConfig", "TrackingConfig", "TrainConfig", "VocabConfig"]
+           "StageConfig", "TrackingConfig", "TrainConfig", "UpdateConfig", "VocabConfig"]
 
 
 class EvalConfig(Frozen):
@@ -75,6 +77,28 @@ class GateConfig(Frozen):
         "contrastive) on a gate task, by more than the tolerance.")
 
 
+class UpdateConfig(Frozen):
+    """Update ticks (docs/concepts/continual.md): a run on a data root whose last run left live
+    models, with the same configuration and new pairs, trains only what the new pairs hold."""
+
+    enabled: bool = Field(True, description="Rerun on new pairs as an update tick when the live models and the "
+                          "configuration allow it; false: every run is a full rebuild (as `mosaic run --full`).")
+    replay: float = Field(
+        1.0, ge=0.0, description="Earlier training pairs replayed per new pair (a seeded sample), so the tick "
+        "does not forget what the live model learnt.")
+    epochs: float = Field(
+        1.0, gt=0.0, description="Passes over the tick's pairs (new plus replayed) per training stage: a stage "
+        "trains ceil(epochs × pairs / batch_size) steps, at most its own max_steps.")
+    full_every: int = Field(10, ge=1, description="A full rebuild after this many update ticks in a row.")
+    max_new_share: float = Field(
+        0.25, gt=0.0, le=1.0, description="A full rebuild when the new pairs are more than this share of the "
+        "training pairs (a new baseline, not an update).")
+    split_drift: float = Field(
+        0.05, gt=0.0, description="A full rebuild when the share of the new pairs' words that the live tokenizer "
+        "splits into three or more pieces exceeds the earlier pairs' share by more than this.")
+    seed: int = Field(0, description="Seed of the replay sample (mixed with the tick's number).")
+
+
 class PipelineConfig(Frozen):
     """The whole pipeline: ingest → filter → vocab → train stages → evaluation. Validated fully
     (every section, every cross-field rule) before any work starts."""
@@ -115,6 +139,8 @@ class PipelineConfig(Frozen):
         (), description="Fast exports of the published model, written after publish beside models/current "
         "(models/exports/<kind>/, never replacing it), each verified against the PyTorch model (`mosaic export`; "
         "needs pip install -e '.[export]').")
+    update: UpdateConfig = Field(UpdateConfig(), description="Update ticks: how a run that finds new pairs "
+                                 "beside live models trains only on them (and a replay of earlier pairs).")
     tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking (TensorBoard is always on).")
     workers: int = Field(1, ge=1, description="Dask worker processes for the ingest and filter maps (1: threads).")
     dask_address: str | None = Field(
@@ -196,6 +222,14 @@ class PipelineConfig(Frozen):
                            pool=max(self.train.validation_pool, 1), query_column=self.train.query_column,
                            document_column=self.train.document_column,
                            description="the validation pairs (held out of training, not the test pairs)")
+
+    def model_hash(self) -> str:
+        """:meth:`config_hash` without the sections that do not change what a run trains (``update``,
+        ``tracking``, ``workers``, ``dask_address``, ``export``): an update tick needs this unchanged
+        since the live models' full rebuild."""
+        blob = json.dumps(self.model_dump(mode="json", exclude={"update", "tracking", "workers", "dask_address",
+                                                                 "export"}), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
 
     def gate_tasks(self) -> list[str]:
         """The tasks the publish gate compares models on."""

@@ -63,6 +63,20 @@ class DataLayout:
         return self.root / "state" / "last_snapshot.json"
 
     @property
+    def ticks_path(self) -> Path:
+        """The record of every tick (full or update) of the root (``storage/ticks.py``)."""
+        return self.root / "state" / "ticks.json"
+
+    @property
+    def trained_pairs_path(self) -> Path:
+        """The content hashes of the pairs the live models trained on (``storage/ticks.py``)."""
+        return self.root / "state" / "trained_pairs.parquet"
+
+    def tick_dir(self, tick: int) -> Path:
+        """An update tick's pairs (``pairs.jsonl``) and models."""
+        return self.models_dir / "ticks" / str(tick)
+
+    @property
     def heldout_record_path(self) -> Path:
         """The held-out split's thresholds and the last run's test pairs (``storage/heldout.py``)."""
         return self.root / "state" / "heldout.json"

@@ -48,6 +48,9 @@ class RunStory:
     """The plain fine-tuning control's name in ``scores``, when the run trained one."""
     glossary: list[dict] = field(default_factory=list)
     """What the run taught the glossary terms stage 1 added (``tasks.glossary.describe_terms``)."""
+    tick: dict | None = None
+    """Which tick the run was (a full rebuild or an update tick), why, and what it trained on
+    (``tasks/continual.py: prepare_tick``'s plan, with ``words``: the line the report shows)."""
 
     @cached_property
     def differences(self) -> list[dict]:
@@ -225,7 +228,8 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     curves = training_curves(story.stages, out_dir)
     differences = story.differences
     images = [p for p in (bars, box, *curves) if p is not None]
-    lines = ["# MOSAIC run report", "", *(f"- {h}" for h in headline(story)), "", *_decision(story.decision),
+    lines = ["# MOSAIC run report", "", *([f"**This run:** {story.tick['words']}.", ""] if story.tick else []),
+             *(f"- {h}" for h in headline(story)), "", *_decision(story.decision),
              "## Evaluation (main score × 100; Δ against the base model)", "", delta_table(story), "",
              *([differences_table(differences), ""] if differences else []),
              *([differences_table(story.control_differences), ""] if story.control_differences else []),
@@ -237,7 +241,8 @@ def render(story: RunStory, out_dir: Path) -> dict[str, Path]:
     (out_dir / "report.md").write_text(md)
     (out_dir / "report.html").write_text(_html(md, out_dir))
     (out_dir / "results.json").write_text(json.dumps(
-        {"metadata": story.metadata, "decision": story.decision, "heldout": story.heldout, "differences": differences,
+        {"metadata": story.metadata, "tick": story.tick, "decision": story.decision, "heldout": story.heldout,
+         "differences": differences,
          "control_differences": story.control_differences,
          "scores": {m: [s.__dict__ for s in ss] for m, ss in story.scores.items()}}, indent=1))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html"}

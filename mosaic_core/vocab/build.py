@@ -47,7 +47,8 @@ from mosaic_core.data.glossary import GlossaryEntry
 from mosaic_core.modeling.card import facts, render
 from mosaic_core.modeling.encode import max_positions, read_st_pooling
 from mosaic_core.modeling.heads import masked_lm_with_head
-from mosaic_core.modeling.modeldir import write_card, write_domain_ids, write_vocab_report
+from mosaic_core.modeling.modeldir import (load_head, read_domain_ids, save_head, write_card, write_domain_ids,
+                                          write_vocab_report)
 from mosaic_core.modeling.prompts import declare_prompts, resolve_prompts
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.modeling.sparse import convert_to_sparse
@@ -115,7 +116,18 @@ def _rejected_examples(chosen: Selection, per_reason: int = 15) -> dict[str, lis
 def _save_mlm_head(base_model: str, out_dir: Path, encoder: torch.nn.Module, new_ids: list[int],
                    piece_ids: list[list[int]]) -> bool:
     """Keep the checkpoint's MLM head (if it ships one; says whether) for stage 2: its embeddings
-    are the expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently."""
+    are the expanded encoder's (the decoder is tied to them) and the decoder bias grows consistently.
+    A base that is itself a MOSAIC model (an update tick's stage 1 from the live model) keeps its
+    trained head (``mlm_head.*``), the bias grown the same way."""
+    trained = load_head(resolve_model(base_model))
+    if trained is not None:
+        weights, settings = trained
+        bias = weights["bias"]
+        if new_ids and bias.shape[0] != min(new_ids):
+            raise RuntimeError(f"{base_model}: its MLM head's bias has {bias.shape[0]} entries, and the new tokens "
+                               f"start at id {min(new_ids)}")
+        save_head(out_dir, {**weights, "bias": expand_mlm_bias(bias, piece_ids) if new_ids else bias}, settings)
+        return True
     mlm = masked_lm_with_head(resolve_model(base_model))
     if mlm is None:
         return False
@@ -440,7 +452,8 @@ def build_expanded_model(texts: Sequence[str], out_dir: Path, cfg: VocabConfig,
     if cfg.model_kind == "sparse":
         convert_to_sparse(out_dir)
     declare_prompts(out_dir, resolve_prompts(resolve_model(cfg.base_model), cfg.prompts))
-    write_domain_ids(out_dir, x.new_ids)
+    kept = read_domain_ids(resolve_model(cfg.base_model))  # a MOSAIC base keeps its V_D: the new tokens join it
+    write_domain_ids(out_dir, [*(kept.tolist() if kept is not None else []), *x.new_ids])
     clock.lap("save")
     report = _report(plan, x, cfg, drifts, pruned, clock)
     report.corpus = {"texts": corpus_texts or len(texts), "sampled": len(texts)}

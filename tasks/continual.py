@@ -1,0 +1,125 @@
+"""Prefect tasks of the ticks (:mod:`mosaic_core.continual`): which tick a run is, the update
+tick's pairs, and the tick's record."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from mosaic_core.config import PipelineConfig
+from mosaic_core.continual import FULL, NONE, UPDATE, replay_sample, split_share, tick_kind
+from mosaic_core.trainer.heldout import pair_hashes, split_by_hash
+from mosaic_core.vocab.selection import Segmenter, word_counts
+from mosaic_core.vocab.tokenizers import tokenizer_state
+from storage.layout import DataLayout
+from storage.pairs_io import pair_batches, write_jsonl
+from storage.ticks import append_tick, last_tick, read_ticks, trained_pairs
+from tasks.heldout import recorded_split
+
+log = logging.getLogger(__name__)
+
+
+def training_hashes(data_root: str, cfg: PipelineConfig) -> np.ndarray:
+    """``uint64 [n]``: the content hashes of ``data_root``'s training pairs (every pair but the
+    test and validation pairs, as training splits them; none without a query)."""
+    hashes = pair_hashes(pair_batches(data_root))
+    n_test, n_validation = cfg.train.heldout_pairs, cfg.train.validation_pairs
+    split = split_by_hash(hashes, n_test, n_validation, recorded_split(data_root, n_test, n_validation))
+    train = hashes[split.train]
+    return train[train != 0]
+
+
+def _rows(data_root: str, wanted: np.ndarray) -> dict[int, dict]:
+    """Content hash → pair (``query``, ``document``) of the pairs of ``data_root`` whose hash is in
+    ``wanted``, in the root's order, once each."""
+    rows: dict[int, dict] = {}
+    for batch in pair_batches(data_root):
+        hashes = pair_hashes([batch])
+        for i in np.flatnonzero(np.isin(hashes, wanted)):
+            rows.setdefault(int(hashes[i]), {"query": batch.column("query")[i].as_py(),
+                                             "document": batch.column("document")[i].as_py()})
+    return rows
+
+
+def _split_drift(live_model: str, new: list[dict], earlier: list[dict]) -> float | None:
+    """How much more often the live tokenizer splits the new pairs' words into three or more
+    pieces than the earlier pairs' (:func:`split_share`); None without earlier pairs to compare."""
+    from transformers import AutoTokenizer
+
+    if not earlier:
+        return None
+    tokenizer = AutoTokenizer.from_pretrained(live_model)
+    pieces = Segmenter(tokenizer_state(tokenizer))
+
+    def share(rows: list[dict]) -> float:
+        return split_share(word_counts(tokenizer, (t for r in rows for t in (r["query"], r["document"]))).items(),
+                           pieces)
+
+    return share(new) - share(earlier)
+
+
+@task(name="prepare-tick", cache_policy=NO_CACHE)
+def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dict:
+    """Which tick this run is (:func:`tick_kind`) and, for an update tick, its pairs: the training
+    pairs the live models never trained on and a seeded replay of the ones they did, written to
+    ``models/ticks/<n>/pairs.jsonl``. Returns the tick's plan: ``tick`` (its number), ``kind``,
+    ``reason``, ``new``, ``replay``, ``trainable``, ``split_drift``, ``live`` (the live models:
+    ``adapted``, ``control``), ``pairs_path``, ``record`` (whether the run adds a tick record: not
+    for a rerun that takes every step of the last full rebuild from cache)."""
+    previous = last_tick(data_root)
+    ticks = read_ticks(data_root)
+    in_a_row = next((i for i, t in enumerate(reversed(ticks)) if t["kind"] == FULL), len(ticks))
+    n = len(ticks) + 1
+    plan = {"tick": n, "new": 0, "replay": 0, "trainable": 0, "split_drift": None, "pairs_path": None,
+            "live": previous["models"] if previous else {}, "record": True}
+    if full or previous is None:
+        kind = tick_kind(previous, cfg.model_hash(), 0, 0, in_a_row, cfg.update, full_asked=full)
+        return {**plan, "kind": kind.kind, "reason": kind.reason}
+    train = training_hashes(data_root, cfg)
+    earlier = trained_pairs(data_root)
+    new = train[~np.isin(train, earlier)]
+    plan.update(new=len(new), trainable=len(train))
+    kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update)
+    if kind.kind == UPDATE:
+        replay = replay_sample(train[np.isin(train, earlier)], len(new), cfg.update.replay, cfg.update.seed, n)
+        rows = _rows(data_root, np.concatenate([new, replay]))
+        new_set = {int(h) for h in new}
+        fresh = [r for h, r in rows.items() if h in new_set]
+        replayed = [r for h, r in rows.items() if h not in new_set]
+        drift = _split_drift(previous["models"]["adapted"], fresh, replayed)
+        kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update, split_drift=drift)
+        plan["split_drift"] = drift
+        if kind.kind == UPDATE:
+            path = DataLayout(data_root).tick_dir(n) / "pairs.jsonl"
+            write_jsonl(path, list(rows.values()))
+            plan.update(replay=len(replayed), pairs_path=str(path))
+    plan["record"] = kind.kind != NONE and not (kind.kind == FULL and previous["kind"] == FULL and not len(new))
+    log.info("tick %d: %s (%s)", n, kind.kind, kind.reason)
+    return {**plan, "kind": kind.kind, "reason": kind.reason}
+
+
+@task(name="record-tick", cache_policy=NO_CACHE)
+def record_tick(data_root: str, cfg: PipelineConfig, plan: dict, models: dict[str, str], summary: dict) -> dict:
+    """Append this tick's record (its plan, its models, ``summary``: what it trained, its cost,
+    scores and decision) and the pairs its models have now trained on: a full tick's, every
+    training pair; an update tick's, the live models' and the tick's new pairs."""
+    if plan["kind"] == FULL:
+        trained = training_hashes(data_root, cfg)
+    else:
+        trained = np.union1d(trained_pairs(data_root), pair_hashes(pair_batches(plan["pairs_path"])))
+    record = {"tick": plan["tick"], "kind": plan["kind"], "reason": plan["reason"], "model_hash": cfg.model_hash(),
+              "new_pairs": plan["new"], "replay_pairs": plan["replay"], "split_drift": plan["split_drift"],
+              "models": models, **summary}
+    append_tick(data_root, record, trained)
+    return {**record, "trained_pairs": len(trained)}
+
+
+def tick_words(plan: dict) -> str:
+    """The tick in a line, for the report and the run's summary."""
+    what = {FULL: "full rebuild", UPDATE: "update tick", NONE: "no tick"}[plan["kind"]]
+    extra = (f": {plan['new']:,} new pairs + {plan['replay']:,} replayed" if plan["kind"] == UPDATE else "")
+    return f"tick {plan['tick']}, {what} ({plan['reason']}){extra}"
+
