@@ -55,7 +55,8 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     out = DataLayout(data_root).tick_dir(plan["tick"])
     stage1 = str(out / "stage1")
     vocab = vocab_flow(plan["pairs_path"], cfg.vocab.model_copy(update={
-        "base_model": live["adapted"], "prune": 0.0, "reduce_to_corpus": None}), stage1, cfg.glossary,
+        "base_model": live["adapted"], "prune": 0.0, "reduce_to_corpus": None, "text_columns": ("query", "document")}),
+        stage1, cfg.glossary,
         glossary and glossary["entries_path"])
     pairs = plan["new"] + plan["replay"]
     full_train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
