@@ -27,6 +27,10 @@ measured in 120 patients with arrhythmia``); the distractors are the same senten
 two other words acting on the same organ and about real proteins. A model that knows only the
 organ ranks the three words' documents alike.
 
+**A stream of updates** (:func:`make_stream`) keeps the baseline and adds update files in which
+new invented words (``quelvorin``, …) appear over time, one per update: what a pipeline that
+adapts as new data arrives must pick up (bench/continual.py).
+
 Everything is a function of ``seed``: another seed gives other words' meanings and other texts.
 """
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 from mosaic_core.config import OFFLINE_MODEL, PipelineConfig, StageConfig
@@ -42,6 +46,9 @@ from mosaic_core.config import OFFLINE_MODEL, PipelineConfig, StageConfig
 WORDS = ("zorvatide", "keltrase", "drovastin", "plenixor", "vartolimab", "brindoxin", "selvaprine", "tamorvin",
          "glexitol", "fenoravir", "corbatase", "mirelquin", "oxavelin", "drenvolide", "sulvemab", "praxilene",
          "nortavin", "helvorin", "cyprelix", "zelmorase", "trovinol", "quentalib", "belmoxan", "falvetrin")
+NEW_WORDS = ("quelvorin", "tramixide", "bexolantin", "vintoprase", "zaldrimab", "orvastel", "plexitrane",
+             "huvendrax", "kortavine", "sylmoprex")
+"""The words a stream of updates introduces, one per update (:func:`make_stream`); at most two per organ."""
 
 # Each slot: synonyms the training citations use (first two) and synonyms only the evaluation
 # queries use (the rest), so the task tests meaning, not memorised phrases.
@@ -334,9 +341,11 @@ def _with_md5(files: dict[str, bytes]) -> dict[str, bytes]:
     return out
 
 
-def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 150) -> DemoData:
-    """The demo snapshot and task for ``seed`` (deterministic): per word ``explained`` explained
-    citations and ``twins`` twin studies with each of its organ's other two words."""
+def baseline_citations(seed: int, explained: int = 8, twins: int = 6, fillers: int = 150,
+                       ) -> tuple[list[Term], list[Citation]]:
+    """(the invented words, the baseline's citations in file order) of ``seed``: per word
+    ``explained`` explained citations and ``twins`` twin studies with each of its organ's other
+    two words, ``fillers`` filler citations and the noise the filters must drop."""
     rng = random.Random(f"demo-{seed}")
     terms = make_terms(seed)
     cites = [c for i, t in enumerate(terms) for c in explained_citations(t, rng, 91_000_000 + 1000 * i, explained)]
@@ -347,16 +356,100 @@ def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 
     filler = filler_citations(rng, 92_000_000, fillers)
     everything = cites + filler + noise_citations(rng, 93_000_000, filler)
     rng.shuffle(everything)
+    return terms, everything
+
+
+def _baseline_files(everything: list[Citation]) -> dict[str, bytes]:
+    half = len(everything) // 2
+    return {"baseline/pubmed26n0001.xml": pubmed_file(everything[:half], "pubmed"),
+            "baseline/pubmed26n0002.xml": pubmed_file(everything[half:], "medline")}
+
+
+def make_demo(seed: int = 0, explained: int = 8, twins: int = 6, fillers: int = 150) -> DemoData:
+    """The demo snapshot and task for ``seed`` (deterministic): :func:`baseline_citations`, and an
+    update file revising one citation and deleting two."""
+    terms, everything = baseline_citations(seed, explained, twins, fillers)
     half = len(everything) // 2
     first, second = everything[:half], everything[half:]
     revised = Citation(**{**first[0].__dict__, "version": 2, "title": first[0].title + " (corrected)"})
     deleted = (first[1].pmid, second[1].pmid)
     corpus, queries, qrels = task_data(terms, random.Random(f"task-{seed}"))
-    files = _with_md5({"baseline/pubmed26n0001.xml": pubmed_file(first, "pubmed"),
-                       "baseline/pubmed26n0002.xml": pubmed_file(second, "medline"),
+    files = _with_md5({**_baseline_files(everything),
                        "updatefiles/pubmed26n0003.xml": pubmed_file([revised], "pubmed", deleted)})
     return DemoData(files, terms, corpus, queries, qrels)
 
+
+@dataclass
+class DemoStream(DemoData):
+    """The demo as a stream of updates (:func:`make_stream`): the baseline's files and one update
+    file per tick (``files``, with ``.md5`` sidecars), the words of both (``terms``: the
+    baseline's, then the new ones in the order they appear), the invented-term task over all of
+    them, and the tick each word first appears at (``introduced``: 0 for the baseline's)."""
+
+    introduced: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def updates(self) -> list[str]:
+        """The update files' paths (``updatefiles/…``), tick 1 first."""
+        return sorted(n for n in self.files if n.startswith("updatefiles/") and n.endswith(".xml"))
+
+
+def stream_terms(seed: int, terms: list[Term]) -> list[Term]:
+    """The words :data:`NEW_WORDS` name, each given by ``seed`` an organ (the organs in turn) and an
+    action and a target that no other word of its organ in ``terms`` (or before it) has."""
+    rng = random.Random(f"stream-terms-{seed}")
+    organs = list(ORGANS)
+    rng.shuffle(organs)
+    out: list[Term] = []
+    for i, word in enumerate(NEW_WORDS):
+        organ = organs[i % len(organs)]
+        taken = [t for t in (*terms, *out) if t.organ == organ]
+        action = rng.choice(sorted(set(ACTIONS) - {t.action for t in taken}))
+        target = rng.choice(sorted(set(TARGETS) - {t.target for t in taken}))
+        out.append(Term(word, "drug" if i % 2 == 0 else "protein", action, target, organ))
+    return out
+
+
+def update_citations(tick: int, n: int, new: Term | None, partners: list[Term], rng: random.Random) -> list[Citation]:
+    """The ``n`` citations of update ``tick``: with a ``new`` word, its explained citations (a
+    sixth of ``n``) and twin studies with each of ``partners`` (a sixteenth of ``n`` each: four
+    citations a study), then filler up to ``n``; without one, filler only."""
+    first = 95_000_000 + 10_000 * tick
+    cites = []
+    if new is not None:
+        cites += explained_citations(new, rng, first, max(1, n // 6))
+        for j, other in enumerate(partners):
+            cites += twin_citations(new, other, rng, first + 2000 + 1000 * j, max(1, n // 16))
+    cites += filler_citations(rng, first + 5000, max(0, n - len(cites)))
+    rng.shuffle(cites)
+    return cites
+
+
+def make_stream(seed: int = 0, ticks: int = 10, share: float = 0.05) -> DemoStream:
+    """The demo of ``seed`` as a baseline and ``ticks`` update files (deterministic).
+
+    The baseline is :func:`make_demo`'s (its two files, byte for byte, without its update file).
+    Update ``k`` (``updatefiles/pubmed26n{k+2:04d}.xml``, NCBI's numbering after the baseline)
+    holds ``share`` × the baseline's citations: for ``k`` up to ``len(NEW_WORDS)``, the explained
+    and twin citations of the ``k``-th new word (:func:`stream_terms`; twins with two words of its
+    organ), then filler; later updates filler only. Update ``k`` is the same for any ``ticks``
+    of at least ``k``. The task and the glossary hold every word the stream introduces."""
+    if ticks < 1 or not 0 < share <= 1:
+        raise ValueError(f"make_stream: ticks {ticks} must be at least 1 and share {share} in (0, 1]")
+    terms, everything = baseline_citations(seed)
+    new = stream_terms(seed, terms)[:ticks]
+    n = round(share * len(everything))
+    files = _baseline_files(everything)
+    for k in range(1, ticks + 1):
+        rng = random.Random(f"stream-{seed}-{k}")
+        word = new[k - 1] if k <= len(new) else None
+        partners = rng.sample([t for t in terms if t.organ == word.organ], 2) if word else []
+        files[f"updatefiles/pubmed26n{k + 2:04d}.xml"] = pubmed_file(update_citations(k, n, word, partners, rng),
+                                                                     "pubmed")
+    every = [*terms, *new]
+    corpus, queries, qrels = task_data(every, random.Random(f"stream-task-{seed}"))
+    introduced = {t.word: 0 for t in terms} | {t.word: k for k, t in enumerate(new, start=1)}
+    return DemoStream(_with_md5(files), every, corpus, queries, qrels, introduced)
 
 def demo_pipeline(seed: int, task: str, glossary: str) -> PipelineConfig:
     """The built-in demo's pipeline: its generated snapshot of ``seed`` (the demo source) and its
