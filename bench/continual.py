@@ -18,9 +18,11 @@ offline MiniLM and SciFact with ``--real``):
 
 - ``update``: ``mosaic run -c CFG -d ROOT`` at every tick (an update tick, which warm-starts from
   the live model on the new pairs, once branch ``tick`` lands; a full rebuild before);
-- ``full``: ``mosaic run -c CFG -d ROOT --full`` (rebuild everything) at tick 0 and at every tick,
-  or at the ticks of ``--full-at`` only (a full rebuild of the demo is ~15 CPU minutes);
-- ``none``: tick 0 only; its published model is scored on every later tick's tasks.
+- ``full``: ``mosaic run -c CFG -d ROOT --full`` (rebuild everything) at every tick after 0, or
+  at the ticks of ``--full-at`` only (a full rebuild of the demo is ~15 CPU minutes), in a root
+  that holds out the very pairs ``update``'s does (its held-out record copied before its first run);
+- ``none``: no run: ``update``'s tick-0 model (the baseline's full rebuild, which every arm would
+  train alike) scored on every later tick's tasks.
 
 **The scores.** Every arm's published model (``ROOT/models/current``) after each of its ticks,
 and ``none``'s tick-0 model at every tick, is scored by ``mosaic eval`` on the same BEIR folders
@@ -127,12 +129,13 @@ def restrict(score: TaskScore, words: set[str], task: str) -> TaskScore | None:
 
 
 def arm_ticks(arm: str, ticks: int, full_at: list[int] | None = None) -> list[int]:
-    """The ticks ``arm`` runs at: ``update`` every one, ``none`` tick 0, ``full`` tick 0 (its data
-    root records the held-out split there, as the others' do) and every tick or those of ``full_at``."""
+    """The ticks ``arm`` runs ``mosaic run`` at: ``update`` every one (tick 0 is the baseline's full
+    rebuild, which the other arms share: the same seed gives the same models), ``full`` every tick
+    after 0 or those of ``full_at``, ``none`` never (``update``'s tick-0 model is scored at each tick)."""
     if arm == "none":
-        return [0]
-    if arm == "full" and full_at:
-        return [0, *sorted({k for k in full_at if 1 <= k <= ticks})]
+        return []
+    if arm == "full":
+        return sorted({k for k in full_at if 1 <= k <= ticks}) if full_at else list(range(1, ticks + 1))
     return list(range(ticks + 1))
 
 
@@ -368,6 +371,25 @@ def score(setup: Setup, point: str, arm: str, model: Path, tick: int) -> tuple[l
     return scores, timing
 
 
+def share_split(setup: Setup, arm: str) -> None:
+    """Before the first run of the ``full`` arm's root: the ``update`` root's held-out record, so
+    that both hold out the very same test and validation pairs (a fresh root would split afresh)."""
+    mine, theirs = setup.root(arm) / "state" / "heldout.json", setup.root("update") / "state" / "heldout.json"
+    if arm == "full" and not mine.is_file():
+        if not theirs.is_file():
+            raise SystemExit(f"{theirs}: the update arm's tick 0 has not run; run --arms update first")
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        mine.write_bytes(theirs.read_bytes())
+
+
+def baseline_model(results: Path, setup: Setup) -> Path:
+    """The model ``update``'s tick 0 published (the baseline's full rebuild): the ``none`` arm's."""
+    record = results / f"{point_id(setup, 'update', 0)}.json"
+    if not record.is_file():
+        raise SystemExit(f"{record}: the update arm's tick 0 has not run; run --arms update first")
+    return Path(json.loads(record.read_text())["model"])
+
+
 def point_id(setup: Setup, arm: str, tick: int) -> str:
     return f"{setup.name}-{arm}-t{tick:02d}"
 
@@ -382,6 +404,7 @@ def run_point(setup: Setup, results: Path, arm: str, tick: int, config: Path, cf
         return json.loads((results / f"{point}.json").read_text())
     root, timing, tick_record, decision, matches = setup.root(arm), None, None, None, None
     if tick in arm_ticks(arm, setup.ticks, setup.full_at):
+        share_split(setup, arm)
         advance(setup, arm, tick)
         if source_tick(setup, arm) != tick:
             raise SystemExit(f"{setup.arm(arm)}: its source holds updates past tick {tick}; its root cannot be "
@@ -395,9 +418,9 @@ def run_point(setup: Setup, results: Path, arm: str, tick: int, config: Path, cf
             matches = same_heldout(setup, arm, tick, cfg)
         else:
             write_heldout(setup, arm, tick, cfg)
-    elif arm != "none" or not (setup.held(tick) / "qrels" / "test.tsv").is_file():
+    elif arm != "none" or not tick or not (setup.held(tick) / "qrels" / "test.tsv").is_file():
         return None
-    model = published(root)
+    model = published(root) if arm != "none" else baseline_model(results, setup)
     scores, eval_timing = score(setup, point, arm, model, tick)
     data = {"point": point, "stream": setup.name, "arm": arm, "tick": tick, "machine": machine(), "run": timing,
             "tick_record": tick_record, "decision": decision, "model": str(model), "eval": eval_timing,
