@@ -9,13 +9,12 @@ and filter run on threads, or on Dask when ``workers`` > 1 or ``dask_address`` i
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
-
-import time
 
 from flows.decide import choose_candidate, published_words, taught_terms
 from flows.evaluate import eval_flow

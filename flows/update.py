@@ -21,6 +21,7 @@ from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.continual import NONE, tick_training
 from storage.layout import DataLayout
 from tasks.continual import record_tick, tick_words
+from tasks.evaluate import write_model_cards
 from tasks.export import export_published
 from tasks.publish import decide_and_publish, published_model, scores_by_model
 from tasks.report import funnel, run_report, story
@@ -74,6 +75,8 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                           prompts=cfg.prompts)
     report = eval_flow(models, eval_cfg, str(root / "report"), data_root)
+    write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
+                      "control" if control else None)
     candidate, recipe = choose_candidate(cfg, models, final, data_root)
     decision = decide_and_publish(str(flow_run.id), candidate, models, report["scores"],
                                   ["base", *(["published"] if published else []),

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mosaic_core.config import TrainConfig, UpdateConfig
+from mosaic_core.vocab.selection import Segmenter, word_counts
+from mosaic_core.vocab.tokenizers import tokenizer_state
 
 UPDATE, FULL, NONE = "update", "full", "none"
 
@@ -28,33 +30,41 @@ UPDATE, FULL, NONE = "update", "full", "none"
 @dataclass(frozen=True)
 class TickKind:
     """Which tick a run is (:data:`FULL`, :data:`UPDATE`, or :data:`NONE`: nothing new since an
-    update tick, the live models stand) and why, in words for the report and the history."""
+    update tick, the live models stand) and why, in words for the report and the history;
+    ``rerun``: a full rebuild that is the last one again, every step from cache (not a new tick)."""
 
     kind: str
     reason: str
+    rerun: bool = False
 
 
 def tick_kind(previous: dict | None, model_hash: str, new: int, trainable: int, updates_in_a_row: int,
-              cfg: UpdateConfig, full_asked: bool = False, split_drift: float | None = None) -> TickKind:
+              cfg: UpdateConfig, full_asked: bool = False, split_drift: float | None = None,
+              sparse: bool = False, gone: int = 0) -> TickKind:
     """The kind of this tick. ``previous``: the last tick's record (None before the first run);
     ``model_hash``: this run's :meth:`PipelineConfig.model_hash`; ``new``: training pairs the live
     models never trained on, of ``trainable``; ``updates_in_a_row``: update ticks since the last
     full one; ``split_drift``: :func:`split_share` of the new pairs minus the earlier pairs' (None:
-    not measured)."""
+    not measured); ``sparse``: a SPLADE run (update ticks are dense only); ``gone``: pairs the live
+    models trained on that the corpus no longer has (deleted or revised citations)."""
     if full_asked:
         return TickKind(FULL, "a full rebuild was asked for")
     if previous is None:
         return TickKind(FULL, "the data root's first run")
     if not cfg.enabled:
         return TickKind(FULL, "update ticks are off (update.enabled: false)")
+    if sparse:
+        return TickKind(FULL, "update ticks train dense models only (model_kind: sparse)")
     if previous.get("model_hash") != model_hash:
         return TickKind(FULL, "the configuration (or the base model) changed since the live models were built")
     if not previous.get("models_present", True):
         return TickKind(FULL, "the live models are gone from the data root")
     if new == 0:
-        if previous["kind"] == FULL:
-            return TickKind(FULL, "no new pairs since the last full rebuild: every step from cache")
-        return TickKind(NONE, f"no new pairs since tick {previous['tick']}: the live models stand")
+        if previous["kind"] != FULL:
+            return TickKind(NONE, f"no new pairs since tick {previous['tick']}: the live models stand")
+        if gone:
+            return TickKind(FULL, f"no new pairs, and {gone:,} that the live models trained on are gone")
+        return TickKind(FULL, "no new pairs since the last full rebuild: every step from cache", rerun=True)
     share = new / max(trainable, 1)
     if share > cfg.max_new_share:
         return TickKind(FULL, f"the {new:,} new pairs are {share:.0%} of the training pairs, more than "
@@ -79,12 +89,26 @@ def split_share(words: Iterable[tuple[str, int]], pieces_of) -> float:
     return sum(n for (_, n), p in zip(words, split, strict=True) if len(p) >= 3) / total
 
 
-def replay_sample(earlier: np.ndarray, new: int, ratio: float, seed: int, tick: int) -> np.ndarray:
-    """``round(ratio × new)`` of the ``earlier`` pair hashes (all of them when fewer), drawn
-    without replacement by a generator seeded with (``seed``, ``tick``), in hash order."""
-    n = min(len(earlier), round(ratio * new))
+def replay_sample(earlier: np.ndarray, new: int, ratio: float, seed: int, tick: int, batch: int = 1) -> np.ndarray:
+    """``round(ratio × new)`` of the ``earlier`` pair hashes (distinct), or as many as fill one
+    ``batch`` with the ``new`` pairs when that is more (a stage refuses fewer pairs than a batch),
+    all of them when fewer; drawn without replacement by a generator seeded with (``seed``,
+    ``tick``), in hash order."""
+    earlier = np.unique(earlier)
+    n = min(len(earlier), max(round(ratio * new), batch - new))
     rng = np.random.default_rng([seed, tick])
-    return np.sort(rng.choice(np.sort(earlier), size=n, replace=False)) if n else earlier[:0]
+    return np.sort(rng.choice(earlier, size=n, replace=False)) if n else earlier[:0]
+
+
+def split_drift(tokenizer, new: Iterable[str], earlier: list[str]) -> float | None:
+    """How much more often ``tokenizer`` (the live model's) splits the words of the ``new`` texts
+    into three or more pieces than the words of the ``earlier`` ones (:func:`split_share`); None
+    without earlier texts to compare."""
+    if not earlier:
+        return None
+    pieces = Segmenter(tokenizer_state(tokenizer))
+    return (split_share(word_counts(tokenizer, new).items(), pieces)
+            - split_share(word_counts(tokenizer, earlier).items(), pieces))
 
 
 def tick_training(train: TrainConfig, pairs: int, epochs: float) -> TrainConfig:

@@ -50,8 +50,10 @@ def append_tick(data_root: str, record: dict, trained: np.ndarray) -> None:
     models = {k: os.path.relpath(Path(v).resolve(), layout.models_dir) for k, v in record["models"].items()}
     buffer = io.BytesIO()
     pq.write_table(pa.table({"hash": pa.array(np.sort(trained.astype(np.uint64)), pa.uint64())}), buffer)
-    write_atomic_bytes(layout.trained_pairs_path, buffer.getvalue())
+    # The record first: a crash before the hashes are written leaves the tick's new pairs "new"
+    # (trained again next time), never "trained" by models that did not see them.
     write_atomic_bytes(layout.ticks_path, json.dumps([*ticks, {**record, "models": models}], indent=1).encode())
+    write_atomic_bytes(layout.trained_pairs_path, buffer.getvalue())
 
 
 def trained_pairs(data_root: str) -> np.ndarray:

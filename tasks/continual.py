@@ -8,12 +8,12 @@ import logging
 import numpy as np
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from transformers import AutoTokenizer
 
 from mosaic_core.config import PipelineConfig
-from mosaic_core.continual import FULL, NONE, UPDATE, replay_sample, split_share, tick_kind
-from mosaic_core.trainer.heldout import pair_hashes, split_by_hash
-from mosaic_core.vocab.selection import Segmenter, word_counts
-from mosaic_core.vocab.tokenizers import tokenizer_state
+from mosaic_core.continual import FULL, NONE, UPDATE, replay_sample, split_drift, tick_kind
+from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
+from storage.examples import examples_file, map_examples
 from storage.layout import DataLayout
 from storage.pairs_io import pair_batches, write_jsonl
 from storage.ticks import append_tick, last_tick, read_ticks, trained_pairs
@@ -33,32 +33,20 @@ def training_hashes(data_root: str, cfg: PipelineConfig) -> np.ndarray:
 
 
 def _rows(data_root: str, wanted: np.ndarray) -> dict[int, dict]:
-    """Content hash → pair (``query``, ``document``) of the pairs of ``data_root`` whose hash is in
-    ``wanted``, in the root's order, once each."""
-    rows: dict[int, dict] = {}
-    for batch in pair_batches(data_root):
-        hashes = pair_hashes([batch])
+    """Content hash → pair (``query``, ``document`` and its ``negatives``: the texts of the hard
+    negatives the filter found for it, which the full rebuild's stages and control train with) of
+    the pairs of ``data_root`` whose hash is in ``wanted``, in the root's order, once each. Read
+    from the root's examples file (``models/examples``, as training reads the root)."""
+    table = map_examples(examples_file(data_root, "query", "document", DataLayout(data_root).models_dir / "examples"))
+    documents, rows = table.column("document"), {}
+    for start in range(0, table.num_rows, 8192):
+        batch = table.slice(start, 8192)
+        hashes = content_hashes(batch.column("query").to_pylist(), batch.column("document").to_pylist())
         for i in np.flatnonzero(np.isin(hashes, wanted)):
-            rows.setdefault(int(hashes[i]), {"query": batch.column("query")[i].as_py(),
-                                             "document": batch.column("document")[i].as_py()})
+            rows.setdefault(int(hashes[i]), {
+                "query": batch.column("query")[i].as_py(), "document": batch.column("document")[i].as_py(),
+                "negatives": [documents[j].as_py() for j in batch.column("negatives")[i].as_py() or []]})
     return rows
-
-
-def _split_drift(live_model: str, new: list[dict], earlier: list[dict]) -> float | None:
-    """How much more often the live tokenizer splits the new pairs' words into three or more
-    pieces than the earlier pairs' (:func:`split_share`); None without earlier pairs to compare."""
-    from transformers import AutoTokenizer
-
-    if not earlier:
-        return None
-    tokenizer = AutoTokenizer.from_pretrained(live_model)
-    pieces = Segmenter(tokenizer_state(tokenizer))
-
-    def share(rows: list[dict]) -> float:
-        return split_share(word_counts(tokenizer, (t for r in rows for t in (r["query"], r["document"]))).items(),
-                           pieces)
-
-    return share(new) - share(earlier)
 
 
 @task(name="prepare-tick", cache_policy=NO_CACHE)
@@ -78,25 +66,28 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
     if full or previous is None:
         kind = tick_kind(previous, cfg.model_hash(), 0, 0, in_a_row, cfg.update, full_asked=full)
         return {**plan, "kind": kind.kind, "reason": kind.reason}
-    train = training_hashes(data_root, cfg)
-    earlier = trained_pairs(data_root)
+    train, earlier = np.unique(training_hashes(data_root, cfg)), trained_pairs(data_root)
     new = train[~np.isin(train, earlier)]
     plan.update(new=len(new), trainable=len(train))
-    kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update)
+    rules = {"sparse": cfg.model_kind == "sparse", "gone": int((~np.isin(earlier, train)).sum())}
+    kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update, **rules)
     if kind.kind == UPDATE:
-        replay = replay_sample(train[np.isin(train, earlier)], len(new), cfg.update.replay, cfg.update.seed, n)
+        replay = replay_sample(train[np.isin(train, earlier)], len(new), cfg.update.replay, cfg.update.seed, n,
+                               batch=cfg.largest_batch)
         rows = _rows(data_root, np.concatenate([new, replay]))
-        new_set = {int(h) for h in new}
-        fresh = [r for h, r in rows.items() if h in new_set]
-        replayed = [r for h, r in rows.items() if h not in new_set]
-        drift = _split_drift(previous["models"]["adapted"], fresh, replayed)
-        kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update, split_drift=drift)
+        fresh = {int(h) for h in new}
+        texts = {w: [t for h, r in rows.items() if (h in fresh) == (w == "new") for t in (r["query"], r["document"])]
+                 for w in ("new", "earlier")}
+        drift = split_drift(AutoTokenizer.from_pretrained(previous["models"]["adapted"]), texts["new"],
+                            texts["earlier"])
+        kind = tick_kind(previous, cfg.model_hash(), len(new), len(train), in_a_row, cfg.update, split_drift=drift,
+                         **rules)
         plan["split_drift"] = drift
         if kind.kind == UPDATE:
             path = DataLayout(data_root).tick_dir(n) / "pairs.jsonl"
             write_jsonl(path, list(rows.values()))
-            plan.update(replay=len(replayed), pairs_path=str(path))
-    plan["record"] = kind.kind != NONE and not (kind.kind == FULL and previous["kind"] == FULL and not len(new))
+            plan.update(replay=len(rows) - len(new), pairs_path=str(path))
+    plan["record"] = kind.kind != NONE and not kind.rerun
     log.info("tick %d: %s (%s)", n, kind.kind, kind.reason)
     return {**plan, "kind": kind.kind, "reason": kind.reason}
 

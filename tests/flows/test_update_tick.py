@@ -75,6 +75,11 @@ def test_new_pairs_are_an_update_tick_that_keeps_every_token_and_trains_on_them_
     steps = min(3, math.ceil(0.25 * record["pairs_trained"] / 4))  # the tick's pairs' budget, at most max_steps
     assert [s["steps"] for s in second["stages"]] == [steps, steps] and steps < 3
     assert len(trained_pairs(root)) == full["pairs_trained"] + tick["new"]
+    lines = (Path(root) / "models" / "ticks" / "2" / "pairs.jsonl").read_text().splitlines()
+    written = [json.loads(line) for line in lines]
+    assert len(written) == record["pairs_trained"]
+    assert all(set(r) == {"query", "document", "negatives"} for r in written)
+    assert sum("zorblaxin" in r["query"] for r in written) == tick["new"]  # the new pairs, and earlier ones replayed
 
     # Stage 1 from the live model: every live token keeps its id and its row; the new word joins V_D.
     stage1 = Path(root) / "models" / "ticks" / "2" / "stage1"

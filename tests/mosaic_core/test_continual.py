@@ -16,6 +16,8 @@ LIVE = {"tick": 3, "kind": UPDATE, "model_hash": "h"}
     ({**LIVE, "models_present": False}, ("h", 5, 100, 1), {}, FULL, "gone"),
     (LIVE, ("h", 0, 100, 1), {}, NONE, "no new pairs since tick 3"),
     ({**LIVE, "kind": FULL}, ("h", 0, 100, 0), {}, FULL, "from cache"),
+    ({**LIVE, "kind": FULL}, ("h", 0, 100, 0), {"gone": 2}, FULL, "2 that the live models trained on are gone"),
+    (LIVE, ("h", 5, 100, 1), {"sparse": True}, FULL, "dense models only"),
     (LIVE, ("h", 30, 100, 1), {}, FULL, "new baseline"),
     (LIVE, ("h", 5, 100, 10), {}, FULL, "10 update ticks in a row"),
     (LIVE, ("h", 5, 100, 1), {"split_drift": 0.2}, FULL, "three or more pieces"),
@@ -26,8 +28,12 @@ def test_the_tick_kind_and_its_reason(previous, args, kw, kind, why):
     assert got.kind == kind and why in got.reason
 
 
-def test_update_ticks_can_be_turned_off():
+def test_update_ticks_can_be_turned_off_and_only_a_rerun_from_cache_is_no_new_tick():
     assert tick_kind(LIVE, "h", 5, 100, 1, UpdateConfig(enabled=False)).kind == FULL
+    full = {**LIVE, "kind": FULL}
+    assert tick_kind(full, "h", 0, 100, 0, UpdateConfig()).rerun
+    assert not tick_kind(full, "other", 0, 100, 0, UpdateConfig()).rerun  # a config change is a new full tick
+    assert not tick_kind(full, "h", 0, 100, 0, UpdateConfig(), gone=1).rerun
 
 
 def test_the_replay_sample_is_seeded_sized_and_drawn_from_the_earlier_pairs():
@@ -37,6 +43,8 @@ def test_the_replay_sample_is_seeded_sized_and_drawn_from_the_earlier_pairs():
     assert np.array_equal(a, replay_sample(earlier[::-1].copy(), 10, 1.5, seed=0, tick=2))  # order-free
     assert not np.array_equal(a, replay_sample(earlier, 10, 1.5, seed=0, tick=3))  # another tick, another draw
     assert len(replay_sample(earlier, 500, 1.0, 0, 2)) == 100 and len(replay_sample(earlier, 10, 0.0, 0, 2)) == 0
+    assert len(replay_sample(earlier, 5, 1.0, 0, 2, batch=32)) == 27  # topped up to one batch with the new pairs
+    assert len(replay_sample(np.repeat(earlier[:3], 4), 10, 1.0, 0, 2)) == 3  # distinct pairs only
 
 
 def test_split_share_counts_occurrences_of_words_in_three_or_more_pieces():
