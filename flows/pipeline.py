@@ -23,7 +23,7 @@ from flows.train import train_flow
 from flows.update import update_tick
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
-from mosaic_core.continual import FULL
+from mosaic_core.trainer.continual import FULL
 from storage.lock import root_lock
 from tasks.continual import prepare_tick, record_tick, tick_words
 from tasks.evaluate import write_model_cards

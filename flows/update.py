@@ -1,5 +1,5 @@
 """``update_tick``: a run that finds new pairs beside the live models trains only on them
-(:mod:`mosaic_core.continual`): stage 1 from the live adapted model on the tick's pairs (new
+(:mod:`mosaic_core.trainer.continual`): stage 1 from the live adapted model on the tick's pairs (new
 tokens appended, every existing id and row kept), the retrieval stages from it, the control
 continued from the live control on the same pairs and steps, then the evaluation, the recipe
 choice and the publish gate as on a full rebuild (the published model is a reference)."""
@@ -18,7 +18,7 @@ from flows.evaluate import eval_flow
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
-from mosaic_core.continual import NONE, tick_training
+from mosaic_core.trainer.continual import NONE, tick_training
 from storage.layout import DataLayout
 from tasks.continual import record_tick, tick_words
 from tasks.evaluate import write_model_cards

@@ -1,4 +1,4 @@
-"""A data root's ticks (:mod:`mosaic_core.continual`): ``DATA_ROOT/state/ticks.json``, one record
+"""A data root's ticks (:mod:`mosaic_core.trainer.continual`): ``DATA_ROOT/state/ticks.json``, one record
 per run that trained (full or update), oldest first; and the content hashes of the pairs its live
 models trained on, ``DATA_ROOT/state/trained_pairs.parquet`` (8 bytes a pair, one ``uint64``
 column), which tell the next run which pairs are new. Both are written atomically, by the run

@@ -1,4 +1,4 @@
-"""Prefect tasks of the ticks (:mod:`mosaic_core.continual`): which tick a run is, the update
+"""Prefect tasks of the ticks (:mod:`mosaic_core.trainer.continual`): which tick a run is, the update
 tick's pairs, and the tick's record."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from transformers import AutoTokenizer
 
 from mosaic_core.config import PipelineConfig
-from mosaic_core.continual import FULL, NONE, UPDATE, replay_sample, split_drift, tick_kind
+from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, split_drift, tick_kind
 from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
 from storage.examples import examples_file, map_examples
 from storage.layout import DataLayout

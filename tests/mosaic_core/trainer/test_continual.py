@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mosaic_core.config import TrainConfig, UpdateConfig
-from mosaic_core.continual import FULL, NONE, UPDATE, replay_sample, split_share, tick_kind, tick_training
+from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, split_share, tick_kind, tick_training
 
 LIVE = {"tick": 3, "kind": UPDATE, "model_hash": "h"}
 
