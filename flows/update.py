@@ -57,8 +57,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     stage1 = str(out / "stage1")
     vocab = vocab_flow(plan["pairs_path"], cfg.vocab.model_copy(update={
         "base_model": live["adapted"], "prune": 0.0, "reduce_to_corpus": None, "text_columns": ("query", "document")}),
-        stage1, cfg.glossary,
-        glossary and glossary["entries_path"])
+        stage1, cfg.glossary, glossary and glossary["entries_path"], plan.get("steps_per_term"))
     pairs = plan["new"] + plan["replay"]
     full_train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
                   if glossary else cfg.train)

@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from transformers import AutoTokenizer
 
 from mosaic_core.config import PipelineConfig
+from mosaic_core.modeling.modeldir import read_vocab_report
 from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, split_drift, tick_kind
 from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
 from storage.examples import examples_file, map_examples
@@ -49,13 +50,22 @@ def _rows(data_root: str, wanted: np.ndarray) -> dict[int, dict]:
     return rows
 
 
+def _steps_per_term(data_root: str) -> float | None:
+    """The steps per glossary term the last full rebuild's stage 1 gave the rows it learnt from
+    their definitions (None: it learnt none): an update tick's budget per term it defines."""
+    report = read_vocab_report(DataLayout(data_root).models_dir / "stage1") or {}
+    defined = (report.get("glossary") or {}).get("defined") or {}
+    return defined["steps"] / defined["tokens"] if defined.get("tokens") else None
+
+
 @task(name="prepare-tick", cache_policy=NO_CACHE)
 def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dict:
     """Which tick this run is (:func:`tick_kind`) and, for an update tick, its pairs: the training
     pairs the live models never trained on and a seeded replay of the ones they did, written to
     ``models/ticks/<n>/pairs.jsonl``. Returns the tick's plan: ``tick`` (its number), ``kind``,
     ``reason``, ``new``, ``replay``, ``trainable``, ``split_drift``, ``live`` (the live models:
-    ``adapted``, ``control``), ``pairs_path``, ``record`` (whether the run adds a tick record: not
+    ``adapted``, ``control``), ``pairs_path``, ``steps_per_term`` (the budget of the glossary
+    rows its stage 1 learns: :func:`_steps_per_term`), ``record`` (whether the run adds a tick record: not
     for a rerun that takes every step of the last full rebuild from cache)."""
     previous = last_tick(data_root)
     ticks = read_ticks(data_root)
@@ -86,7 +96,7 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
         if kind.kind == UPDATE:
             path = DataLayout(data_root).tick_dir(n) / "pairs.jsonl"
             write_jsonl(path, list(rows.values()))
-            plan.update(replay=len(rows) - len(new), pairs_path=str(path))
+            plan.update(replay=len(rows) - len(new), pairs_path=str(path), steps_per_term=_steps_per_term(data_root))
     plan["record"] = kind.kind != NONE and not kind.rerun
     log.info("tick %d: %s (%s)", n, kind.kind, kind.reason)
     return {**plan, "kind": kind.kind, "reason": kind.reason}

@@ -187,8 +187,8 @@ class VocabPlan:
     glossary: dict[str, GlossaryEntry] = field(default_factory=dict)
     """The candidates that are one-word glossary names → their entry: selected on their own
     evidence (``GlossaryTerms.min_count``), never pruned."""
-    define_steps: int = 0
-    """Steps that learn the selected glossary tokens' rows from their definitions (:func:`define_rows`)."""
+    terms: GlossaryTerms | None = None
+    """The glossary (its budget for the rows learnt from the definitions: :func:`define_rows`)."""
 
 
 def split_heldout(texts: Sequence[str], every: int) -> tuple[list[str], list[str]]:
@@ -217,7 +217,7 @@ def plan_vocabulary(base_tok: PreTrainedTokenizerBase, train: list[str], heldout
                                                      tokenizer_state(domain), cfg, floors)
     clock.lap("selection")
     return VocabPlan(spec, state, domain, candidates, skipped, first_id, chosen, thresholds, held, selector,
-                     {t: e for t, (_, e) in named.items()}, glossary.define_steps if glossary else 0)
+                     {t: e for t, (_, e) in named.items()}, glossary)
 
 
 @dataclass
@@ -358,9 +358,9 @@ def _rows(plan: VocabPlan, x: Expansion, texts: tuple[list[str], list[str]], cfg
     elif x.new_ids and drifts.distilled:
         drifts.final = x.drift(heldout, length)
     defined = {i: plan.glossary[t] for t, i in zip(x.entries, x.new_ids, strict=True) if t in plan.glossary}
-    if defined and plan.define_steps:
+    if defined and plan.terms is not None and plan.terms.define_steps:
         drifts.defined = define_rows(x.encoder, x.pooling, x.base_tok, x.expanded, defined, texts[0], cfg.distill,
-                                     plan.define_steps)
+                                     plan.terms.steps_for(len(defined)))
         drifts.final = x.drift(heldout, length)
         clock.lap("glossary rows")
     drifts.per_token = token_drift(x.encoder, x.pooling, x.base_tok, x.expanded, heldout, length, plan.first_id)

@@ -19,6 +19,7 @@ learnt from their definitions.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +44,14 @@ class GlossaryTerms:
     entries: tuple[GlossaryEntry, ...]
     min_count: int = 2
     define_steps: int = 200
+    steps_per_term: float | None = None
+    """An update tick's budget for the rows: this many steps per term it defines (the full
+    rebuild's steps over the terms it defined), instead of ``define_steps``, so that a tick that
+    adds one term does not train it for the whole glossary's steps."""
+
+    def steps_for(self, terms: int) -> int:
+        """Steps that learn ``terms`` glossary rows."""
+        return self.define_steps if self.steps_per_term is None else max(1, math.ceil(self.steps_per_term * terms))
 
 
 def word_form(base_tok):
