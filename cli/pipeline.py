@@ -115,6 +115,12 @@ def _check_inputs(cfg, config: Path | None, root: Path) -> None:
         check_glossary(cfg.glossary)
 
 
+FullRebuild = Annotated[bool, typer.Option(
+    "--full", help="A full rebuild: stage 1 and every training stage over all the pairs, from the base model. Without "
+    "it, a rerun that finds new pairs beside the live models of the last run (same configuration) is an update tick: "
+    "it trains the live models on the new pairs and a replay of earlier ones (docs/concepts/continual.md).")]
+
+
 @app.command()
 def run(
     data_root: DataRoot = Path("mosaic-demo"),
@@ -151,11 +157,7 @@ def run(
         "config): --set train.heldout_pairs=500 --set source.path=more.jsonl --set train.stages.0.max_steps=200; "
         "the value is read as YAML (3, 0.5, true, [a, b], null). A new source.kind starts that source from its "
         "defaults; the sections and fields are in the configuration reference (docs/reference/config.md).")] = None,
-    full: Annotated[bool, typer.Option(
-        "--full", help="A full rebuild: stage 1 and every training stage over all the pairs, from the base model. "
-        "Without it, a rerun that finds new pairs beside the live models of the last run (same configuration) is "
-        "an update tick: it trains the live models on the new pairs and a replay of earlier ones "
-        "(docs/concepts/continual.md).")] = False,
+    full: FullRebuild = False,
     mlflow_uri: MlflowUri = None,
     wait: Wait = None,
 ) -> None:
@@ -190,11 +192,16 @@ def run(
     tracking = mlflow_tracking(mlflow_uri, cfg.tracking if cfg is not None else None)
     if cfg is not None and tracking is not None:
         cfg = cfg.model_copy(update={"tracking": tracking})
+    flow = (("flows.pipeline:mosaic_pipeline", cfg, str(root), full) if cfg is not None else
+            ("flows.demo:demo_flow", str(root), seed, tracking, sets or None, full))
+    _print_run(_run_pipeline(flow, root, wait), root, tracking or (cfg.tracking if cfg is not None else None))
+
+
+def _run_pipeline(flow: tuple, root: Path, wait) -> dict:
+    """The pipeline run ``flow`` (the flow, then its arguments) writing ``root``; an ingest that
+    failed on bad files shows the ingest's counts and exits 1."""
     try:
-        result = (_run("flows.pipeline:mosaic_pipeline", cfg, str(root), full, writes=root, wait=wait)
-                  if cfg is not None
-                  else _run("flows.demo:demo_flow", str(root), seed, tracking, sets or None, full, writes=root,
-                            wait=wait))
+        return _run(*flow, writes=root, wait=wait)
     except Exception as exc:
         if not raised(exc, "flows.ingest:IngestFailed"):
             raise
@@ -202,7 +209,6 @@ def run(
         console.print(f"[red]ingest failed:[/red] {escape(str(exc))}\n"
                       "Fix the files named above and run the same command again.")
         raise typer.Exit(1) from exc
-    _print_run(result, root, tracking or (cfg.tracking if cfg is not None else None))
 
 
 def _print_run(result: dict, root: Path, tracking) -> None:

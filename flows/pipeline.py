@@ -25,12 +25,12 @@ from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.trainer.continual import FULL
 from storage.lock import root_lock
-from tasks.continual import prepare_tick, record_tick, tick_words
+from tasks.continual import prepare_tick, record_tick, tick_summary, tick_words
 from tasks.evaluate import write_model_cards
 from tasks.glossary import prepare_glossary
 from tasks.heldout import hold_out
 from tasks.export import export_published
-from tasks.publish import decide_and_publish, published_model, scores_by_model
+from tasks.publish import decide_and_publish, published_model
 from tasks.space import check_disk
 from tasks.report import funnel, run_report, story
 from tasks.tracking import end_run, log_outcome, log_stage, start_run
@@ -115,13 +115,10 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None, full: boo
             str(root / "report"))
         kept, total = sum(m.kept for m in filtered), sum(m.rows_out for m in filtered)
         if plan["record"]:
-            by_model = scores_by_model(report["scores"])
             record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control
                                                                                      else {})},
-                        {"seconds": round(time.monotonic() - started, 1), "pairs_trained": on_pairs["pairs"],
-                         "tokens_added": vocab["tokens_added"], "steps": sum(s["steps"] for s in stages),
-                         "published": decision["published"], "candidate": candidate, "run_id": str(flow_run.id),
-                         "scores": {m: by_model[m] for m in (candidate, "base", "published") if m in by_model}})
+                        tick_summary(started, on_pairs["pairs"], stages, vocab, decision, candidate, report["scores"],
+                                     str(flow_run.id)))
         if run_id is not None:
             log_outcome(cfg.tracking, run_id, report["scores"], decision, report_paths, stages[-1]["out_dir"],
                         {"tokens_added": vocab["tokens_added"], "pairs_kept": kept, "pairs_filtered": total,

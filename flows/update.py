@@ -20,10 +20,10 @@ from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.trainer.continual import NONE, tick_training
 from storage.layout import DataLayout
-from tasks.continual import record_tick, tick_words
+from tasks.continual import record_tick, tick_summary, tick_words
 from tasks.evaluate import write_model_cards
 from tasks.export import export_published
-from tasks.publish import decide_and_publish, published_model, scores_by_model
+from tasks.publish import decide_and_publish, published_model
 from tasks.report import funnel, run_report, story
 from tasks.tracking import log_outcome
 
@@ -94,12 +94,9 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
                   "live adapted model": live["adapted"], "live control": live.get("control")},
         control="control" if control else None, tick=tick,
         glossary=taught_terms(cfg, vocab, stages, train, stage1, data_root)), str(root / "report"))
-    by_model = scores_by_model(report["scores"])
     record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control else {})},
-                {"seconds": round(time.monotonic() - started, 1), "pairs_trained": stages[0]["pairs"],
-                 "tokens_added": vocab["tokens_added"], "steps": sum(s["steps"] for s in stages),
-                 "published": decision["published"], "candidate": candidate, "run_id": str(flow_run.id),
-                 "scores": {m: by_model[m] for m in (candidate, "base", "published") if m in by_model}})
+                tick_summary(started, stages[0]["pairs"], stages, vocab, decision, candidate, report["scores"],
+                             str(flow_run.id)))
     kept = sum(m.kept for m in parts["filtered"])
     total = sum(m.rows_out for m in parts["filtered"])
     if run_id is not None:

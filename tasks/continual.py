@@ -4,6 +4,7 @@ tick's pairs, and the tick's record."""
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 from prefect import task
@@ -19,6 +20,7 @@ from storage.layout import DataLayout
 from storage.pairs_io import pair_batches, write_jsonl
 from storage.ticks import append_tick, last_tick, read_ticks, trained_pairs
 from tasks.heldout import recorded_split
+from tasks.publish import scores_by_model
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,19 @@ def record_tick(data_root: str, cfg: PipelineConfig, plan: dict, models: dict[st
               "models": models, **summary}
     append_tick(data_root, record, trained)
     return {**record, "trained_pairs": len(trained)}
+
+
+def tick_summary(started: float, pairs: int, stages: list[dict], vocab: dict, decision: dict, candidate: str,
+                 scores: dict[str, list[dict]], run_id: str) -> dict:
+    """What a tick's record keeps of its run (``started``: its ``time.monotonic()`` at the start;
+    ``pairs``: the pairs its retrieval stages trained on): its cost, what it trained on, the tokens
+    it added, the model judged and its scores (main score per task of it, the base and the
+    published model), whether it was published."""
+    by_model = scores_by_model(scores)
+    return {"seconds": round(time.monotonic() - started, 1), "pairs_trained": pairs,
+            "tokens_added": vocab["tokens_added"], "steps": sum(s["steps"] for s in stages),
+            "published": decision["published"], "candidate": candidate, "run_id": run_id,
+            "scores": {m: by_model[m] for m in (candidate, "base", "published") if m in by_model}}
 
 
 def tick_words(plan: dict) -> str:
