@@ -383,11 +383,19 @@ def share_split(setup: Setup, arm: str) -> None:
 
 
 def baseline_model(results: Path, setup: Setup) -> Path:
-    """The model ``update``'s tick 0 published (the baseline's full rebuild): the ``none`` arm's."""
+    """The model ``update``'s tick 0 published (the baseline's full rebuild): the ``none`` arm's,
+    copied to ``<stream>/none/model`` the first time (a data root keeps only its last published
+    copies)."""
+    import shutil
+
+    kept = setup.arm("none") / "model"
+    if kept.is_dir():
+        return kept
     record = results / f"{point_id(setup, 'update', 0)}.json"
     if not record.is_file():
         raise SystemExit(f"{record}: the update arm's tick 0 has not run; run --arms update first")
-    return Path(json.loads(record.read_text())["model"])
+    shutil.copytree(json.loads(record.read_text())["model"], kept)
+    return kept
 
 
 def point_id(setup: Setup, arm: str, tick: int) -> str:
