@@ -8,8 +8,10 @@ from pathlib import Path
 
 from flows.evaluate import eval_flow
 from mosaic_core.config import EvalConfig, PipelineConfig, TrainConfig
+from tasks.evaluate import write_model_cards
+from tasks.export import export_published
 from tasks.glossary import describe_terms
-from tasks.publish import pick_recipe
+from tasks.publish import decide_and_publish, pick_recipe
 
 
 def choose_candidate(cfg: PipelineConfig, models: dict[str, str], final: str,
@@ -49,3 +51,21 @@ def published_words(decision: dict, candidate: str) -> str:
         return f"published model `{decision['published_path']}` ({which})"
     kept = f"`{decision['previous']}`, kept" if decision["previous"] else "none yet"
     return f"nothing published ({which} was judged); published model {kept}"
+
+
+def judge_and_publish(cfg: PipelineConfig, models: dict[str, str], final: str, scores: dict[str, list[dict]],
+                      data_root: str, run_id: str) -> tuple[str, dict, list]:
+    """After the evaluation, on a full rebuild and an update tick alike: the model cards written
+    with the scores, the candidate chosen (:func:`choose_candidate`), the gate's decision against
+    the base and the published model (and the control with ``gate.beat_control``), the exports
+    of the published model. Returns (the candidate's name, the decision, the exports)."""
+    control = "control" if "control" in models else None
+    write_model_cards({m: p for m, p in models.items() if m != "published"}, scores, "base", cfg.domain, control)
+    candidate, recipe = choose_candidate(cfg, models, final, data_root)
+    decision = decide_and_publish(run_id, candidate, models, scores,
+                                  ["base", *(["published"] if "published" in models else []),
+                                   *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
+                                  cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
+    exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
+                                cfg.train.document_column) if cfg.export else [])
+    return candidate, decision, exports

@@ -16,7 +16,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.decide import choose_candidate, published_words, taught_terms
+from flows.decide import judge_and_publish, published_words, taught_terms
 from flows.evaluate import eval_flow
 from flows.sources import source_hook
 from flows.train import train_flow
@@ -26,11 +26,9 @@ from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.trainer.continual import FULL
 from storage.lock import root_lock
 from tasks.continual import prepare_tick, record_tick, tick_summary, tick_words
-from tasks.evaluate import write_model_cards
 from tasks.glossary import prepare_glossary
 from tasks.heldout import hold_out
-from tasks.export import export_published
-from tasks.publish import decide_and_publish, published_model
+from tasks.publish import published_model
 from tasks.space import check_disk
 from tasks.report import funnel, run_report, story
 from tasks.tracking import end_run, log_outcome, log_stage, start_run
@@ -94,15 +92,8 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None, full: boo
             cut = eval_flow({m: models[m] for m in ("base", final)}, eval_cfg.model_copy(update={"dims": dims}),
                             str(root / "report" / "dims"), data_root)
             report["scores"] = {m: ss + cut["scores"].get(m, []) for m, ss in report["scores"].items()}
-        write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
-                          "control" if control else None)
-        candidate, recipe = choose_candidate(cfg, models, final, data_root)
-        decision = decide_and_publish(str(flow_run.id), candidate, models, report["scores"],
-                                      ["base", *(["published"] if published else []),
-                                       *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
-                                      cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
-        exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
-                                    cfg.train.document_column) if cfg.export else [])
+        candidate, decision, exports = judge_and_publish(cfg, models, final, report["scores"], data_root,
+                                                         str(flow_run.id))
         on_pairs = next(s for s in stages if train.dictionary is None or s["stage"] != train.dictionary.name)
         story_funnel = funnel(ingested, filtered, on_pairs, held["validation"], held["pairs"],
                               cfg.source.funnel_words, glossary["definition_pairs"] if train.extra_pairs else 0)

@@ -13,7 +13,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.decide import choose_candidate, published_words, taught_terms
+from flows.decide import judge_and_publish, published_words, taught_terms
 from flows.evaluate import eval_flow
 from flows.train import train_flow
 from flows.vocab import vocab_flow
@@ -21,9 +21,7 @@ from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.trainer.continual import NONE, tick_training
 from storage.layout import DataLayout
 from tasks.continual import record_tick, tick_summary, tick_words
-from tasks.evaluate import write_model_cards
-from tasks.export import export_published
-from tasks.publish import decide_and_publish, published_model
+from tasks.publish import published_model
 from tasks.report import funnel, run_report, story
 from tasks.tracking import log_outcome
 
@@ -74,15 +72,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                           prompts=cfg.prompts)
     report = eval_flow(models, eval_cfg, str(root / "report"), data_root)
-    write_model_cards({m: p for m, p in models.items() if m != "published"}, report["scores"], "base", cfg.domain,
-                      "control" if control else None)
-    candidate, recipe = choose_candidate(cfg, models, final, data_root)
-    decision = decide_and_publish(str(flow_run.id), candidate, models, report["scores"],
-                                  ["base", *(["published"] if published else []),
-                                   *(["control"] if cfg.gate.beat_control else [])], cfg.gate_tasks(),
-                                  cfg.gate.tolerance, data_root, cfg.gate.publish, recipe)
-    exports = (export_published(data_root, list(cfg.export), cfg.train.heldout_pairs, cfg.train.query_column,
-                                cfg.train.document_column) if cfg.export else [])
+    candidate, decision, exports = judge_and_publish(cfg, models, final, report["scores"], data_root, str(flow_run.id))
     held = parts["held"]
     tick = {**plan, "words": tick_words(plan)}
     story_funnel = funnel(parts["ingested"], parts["filtered"], stages[0], held["validation"], held["pairs"],
