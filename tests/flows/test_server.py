@@ -162,7 +162,7 @@ def test_a_served_rebuild_runs_through_the_api(tmp_path, prefect_server):
     try:
         with temporary_settings({PREFECT_API_URL: f"{url}/api"}), get_client(sync_client=True) as client:
             deployment = _polled(client, name, serve, log)
-            assert set(deployment.parameters) == {"config_file", "data_root", "force"}
+            assert set(deployment.parameters) == {"config_file", "data_root", "force", "full"}
             run = run_deployment(f"rebuild/{name}", timeout=420, poll_interval=2)
             assert run.state.is_completed(), (run.state, log.read_text()[-3000:])
             tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])), limit=200,
