@@ -65,7 +65,7 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None, full: boo
         plan = prepare_tick(data_root, cfg, full)
         if plan["kind"] != FULL:
             return update_tick(cfg, data_root, plan, {"ingested": ingested, "filtered": filtered, "glossary": glossary,
-                                                      "held": held}, run_id)
+                                                      "held": held, "started": started}, run_id)
         tick = {**plan, "words": tick_words(plan)}
         stage1 = str(root / "models" / "stage1")
         vocab = vocab_flow(data_root, cfg.vocab, stage1, cfg.glossary, glossary and glossary["entries_path"])

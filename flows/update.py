@@ -6,7 +6,6 @@ choice and the publish gate as on a full rebuild (the published model is a refer
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from prefect import flow
@@ -46,10 +45,10 @@ def standing(plan: dict, data_root: str) -> dict:
 def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, run_id: str | None = None) -> dict:
     """The update tick ``plan`` (:func:`tasks.continual.prepare_tick`) of ``data_root``;
     ``parts``: what the pipeline's first steps returned (``ingested``, ``filtered``, ``glossary``,
-    ``held``). Returns what :func:`flows.pipeline.mosaic_pipeline` returns, with ``tick``."""
+    ``held``) and when it started (``started``, ``time.monotonic()``: a tick's cost is counted from
+    there, as a full rebuild's is). Returns what :func:`flows.pipeline.mosaic_pipeline` returns, with ``tick``."""
     if plan["kind"] == NONE:
         return standing(plan, data_root)
-    started = time.monotonic()
     root, live, glossary = Path(data_root), plan["live"], parts["glossary"]
     out = DataLayout(data_root).tick_dir(plan["tick"])
     stage1 = str(out / "stage1")
@@ -85,7 +84,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
         control="control" if control else None, tick=tick,
         glossary=taught_terms(cfg, vocab, stages, train, stage1, data_root)), str(root / "report"))
     record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control else {})},
-                tick_summary(started, stages[0]["pairs"], stages, vocab, decision, candidate, report["scores"],
+                tick_summary(parts["started"], stages[0]["pairs"], stages, vocab, decision, candidate, report["scores"],
                              str(flow_run.id)))
     kept = sum(m.kept for m in parts["filtered"])
     total = sum(m.rows_out for m in parts["filtered"])
