@@ -52,6 +52,9 @@ from mosaic_core.vocab.windows import Window, _order, draw_windows, first_window
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "distill-state.pt"
+STATE_FORMAT = 2
+"""The checkpoint's layout: 2, the optimizer's state for the trained rows alone (1, unmarked: for
+the whole matrix, which a resumed run cannot load: it starts over)."""
 
 
 def _pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,14 +124,13 @@ class RowDistiller:
         self.weight = encoder.get_input_embeddings().weight
         self.weight.requires_grad_(True)
         self.rows = torch.as_tensor(list(new_ids), dtype=torch.long, device=self.weight.device)
-        keep = torch.zeros(self.weight.shape[0], 1, device=self.weight.device)
-        keep[self.rows] = 1.0
-        self._hook = self.weight.register_hook(lambda g: g * keep)  # old rows never see a gradient
-        # Adam without weight decay: a row with zero gradient gets exactly zero update.
-        self.optimizer = torch.optim.Adam([self.weight], lr=cfg.lr)
+        # Adam holds the trained rows alone (old rows are never touched), not the whole matrix:
+        # element by element the same update, without a step over every row of the vocabulary.
+        self.trained = torch.nn.Parameter(self.weight.detach()[self.rows].clone())
+        self.optimizer = torch.optim.Adam([self.trained], lr=cfg.lr)
 
     def close(self) -> None:
-        self._hook.remove()
+        self.weight.grad = None
         self.weight.requires_grad_(False)
 
     def _autocast(self):
@@ -162,8 +164,12 @@ class RowDistiller:
             group["lr"] = self.lr_at(step, total)
         loss = self.loss(batch)
         loss.backward()
+        self.trained.grad = self.weight.grad[self.rows]
+        self.weight.grad = None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            self.weight[self.rows] = self.trained
         return loss.detach()
 
     def snapshot(self) -> torch.Tensor:
@@ -172,6 +178,7 @@ class RowDistiller:
     def restore(self, rows: torch.Tensor) -> None:
         with torch.no_grad():
             self.weight[self.rows] = rows.to(self.weight.device, self.weight.dtype)
+            self.trained.copy_(self.weight[self.rows])
 
 
 @dataclass
@@ -189,7 +196,7 @@ class DistillState:
 
     def save(self, path: Path, distiller: RowDistiller, fingerprint: str) -> None:
         with replacing(path) as tmp:
-            torch.save({"fingerprint": fingerprint, "rows": distiller.snapshot().cpu(),
+            torch.save({"fingerprint": fingerprint, "format": STATE_FORMAT, "rows": distiller.snapshot().cpu(),
                         "optimizer": distiller.optimizer.state_dict(), "best_rows": self.best_rows.cpu(),
                         **{k: v for k, v in asdict(self).items() if k != "best_rows"}}, tmp)
 
@@ -198,7 +205,7 @@ class DistillState:
         """The saved state (rows and optimizer restored into ``distiller``) if it was written for
         ``fingerprint``, else ``None``."""
         saved = torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
-        if saved is None or saved["fingerprint"] != fingerprint:
+        if saved is None or saved["fingerprint"] != fingerprint or saved.get("format") != STATE_FORMAT:
             return None
         distiller.restore(saved["rows"])
         distiller.optimizer.load_state_dict(saved["optimizer"])
