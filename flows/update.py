@@ -54,7 +54,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     stage1 = str(out / "stage1")
     vocab = vocab_flow(plan["pairs_path"], cfg.vocab.model_copy(update={
         "base_model": live["adapted"], "prune": 0.0, "reduce_to_corpus": None, "text_columns": ("query", "document")}),
-        stage1, cfg.glossary, glossary and glossary["entries_path"], plan.get("steps_per_term"))
+        stage1, cfg.glossary, glossary and glossary["entries_path"], plan.get("row_budget"))
     pairs = plan["new"] + plan["replay"]
     full_train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
                   if glossary else cfg.train)
@@ -70,7 +70,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     tasks = cfg.eval_specs(data_root)
     eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                           prompts=cfg.prompts)
-    report = eval_flow(models, eval_cfg, str(root / "report"), data_root)
+    report = eval_flow(models, eval_cfg, str(root / "report"), data_root, keep_vectors=True)
     candidate, decision, exports = judge_and_publish(cfg, models, final, report["scores"], data_root, str(flow_run.id))
     held = parts["held"]
     tick = {**plan, "words": tick_words(plan)}

@@ -11,11 +11,11 @@ from tasks.vocab import expand_vocabulary
 
 @flow(name="vocab")
 def vocab_flow(corpus: str, cfg: VocabConfig, out_dir: str, glossary: GlossaryConfig | None = None,
-               entries: str | None = None, steps_per_term: float | None = None) -> dict:
+               entries: str | None = None, budget: dict | None = None) -> dict:
     """Stage 1 on ``corpus`` into ``out_dir``; with a ``glossary``, its entries (the file
-    ``entries``) as stage 1's glossary terms (``steps_per_term``: an update tick's budget for
+    ``entries``) as stage 1's glossary terms (``budget``: an update tick's budget for
     their rows)."""
-    report = expand_vocabulary(corpus, cfg, out_dir, glossary, entries, steps_per_term)
+    report = expand_vocabulary(corpus, cfg, out_dir, glossary, entries, budget)
     create_markdown_artifact(
         key="vocab-report",
         markdown=(f"Stage 1 on `{corpus}` → `{out_dir}`: **{report['tokens_added']:,} tokens added**; "

@@ -52,12 +52,18 @@ def _rows(data_root: str, wanted: np.ndarray) -> dict[int, dict]:
     return rows
 
 
-def _steps_per_term(data_root: str) -> float | None:
-    """The steps per glossary term the last full rebuild's stage 1 gave the rows it learnt from
-    their definitions (None: it learnt none): an update tick's budget per term it defines."""
+def _row_budget(data_root: str, batch_size: int) -> dict | None:
+    """What the last full rebuild's stage 1 gave each glossary row it learnt from its definition
+    (:class:`~mosaic_core.vocab.define.RowBudget`: ``updates``, ``terms``), an update tick's budget
+    for the rows it defines; None: it learnt none. For a record written before stage 1 counted the
+    updates, an estimate: each step holding a row with the batch's share of the terms
+    (``batch_size``: stage 1's), at most every step."""
     report = read_vocab_report(DataLayout(data_root).models_dir / "stage1") or {}
     defined = (report.get("glossary") or {}).get("defined") or {}
-    return defined["steps"] / defined["tokens"] if defined.get("tokens") else None
+    if not defined.get("tokens"):
+        return None
+    expected = defined["steps"] * min(1.0, batch_size / defined["tokens"])
+    return {"updates": defined.get("row_updates", expected), "terms": defined["tokens"]}
 
 
 @task(name="prepare-tick", cache_policy=NO_CACHE)
@@ -66,8 +72,8 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
     pairs the live models never trained on and a seeded replay of the ones they did, written to
     ``models/ticks/<n>/pairs.jsonl``. Returns the tick's plan: ``tick`` (its number), ``kind``,
     ``reason``, ``new``, ``replay``, ``trainable``, ``split_drift``, ``live`` (the live models:
-    ``adapted``, ``control``), ``pairs_path``, ``steps_per_term`` (the budget of the glossary
-    rows its stage 1 learns: :func:`_steps_per_term`), ``record`` (whether the run adds a tick record: not
+    ``adapted``, ``control``), ``pairs_path``, ``row_budget`` (the budget of the glossary
+    rows its stage 1 learns: :func:`_row_budget`), ``record`` (whether the run adds a tick record: not
     for a rerun that takes every step of the last full rebuild from cache)."""
     previous = last_tick(data_root)
     ticks = read_ticks(data_root)
@@ -98,7 +104,8 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
         if kind.kind == UPDATE:
             path = DataLayout(data_root).tick_dir(n) / "pairs.jsonl"
             write_jsonl(path, list(rows.values()))
-            plan.update(replay=len(rows) - len(new), pairs_path=str(path), steps_per_term=_steps_per_term(data_root))
+            plan.update(replay=len(rows) - len(new), pairs_path=str(path),
+                        row_budget=_row_budget(data_root, cfg.vocab.distill.batch_size))
     plan["record"] = kind.kind != NONE and not kind.rerun
     log.info("tick %d: %s (%s)", n, kind.kind, kind.reason)
     return {**plan, "kind": kind.kind, "reason": kind.reason}

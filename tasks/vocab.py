@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +17,7 @@ from mosaic_core.modeling.modeldir import has_domain_ids, is_whole_model
 from mosaic_core.modeling.refs import resolve_model
 from mosaic_core.versioning import code_version
 from mosaic_core.vocab import build as vocab
-from mosaic_core.vocab.define import GlossaryTerms
+from mosaic_core.vocab.define import GlossaryTerms, RowBudget
 from mosaic_core.vocab.sample import bottom_k
 from tasks.glossary_file import read_entries
 from storage.pairs_io import corpus_fingerprint, iter_corpus_texts
@@ -32,7 +33,7 @@ def _vocab_cache_key(context: TaskRunContext, parameters: dict) -> str:
     cfg: VocabConfig = parameters["cfg"]
     glossary: GlossaryConfig | None = parameters.get("glossary")
     terms = [corpus_fingerprint(parameters["entries"]), str(glossary.min_count), str(glossary.define_steps),
-             *([str(parameters["steps_per_term"])] if parameters.get("steps_per_term") is not None else [])] \
+             *([json.dumps(parameters["budget"], sort_keys=True)] if parameters.get("budget") else [])] \
         if glossary is not None else []
     return cache_key(
         "vocab",
@@ -54,11 +55,11 @@ def _vocab_output(p: dict) -> tuple[Path | None, bool]:
 @task(name="vocab-expansion", cache_key_fn=_vocab_cache_key, persist_result=True, result_serializer=SERIALIZER,
       retries=0)
 def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str, glossary: GlossaryConfig | None = None,
-                      entries: str | None = None, steps_per_term: float | None = None) -> dict:
+                      entries: str | None = None, budget: dict | None = None) -> dict:
     """Train the domain tokenizer on ``corpus`` and write the expanded model to ``out_dir``;
     returns the report as a dict (small: a manifest, never the model). With a ``glossary``, its
     entries (the file ``entries``, as ``storage.glossary`` writes it) are stage 1's glossary terms;
-    ``steps_per_term``: an update tick's budget for their rows (:class:`GlossaryTerms`)."""
+    ``budget``: an update tick's budget for their rows (``updates``, ``terms``: :class:`RowBudget`)."""
     texts = tqdm(iter_corpus_texts(corpus, cfg.text_columns), desc="stage 1: reading the corpus", unit=" texts",
                  disable=None, dynamic_ncols=True)  # None: on a terminal only
     sample = bottom_k(texts, cfg.sample_texts)
@@ -66,7 +67,7 @@ def expand_vocabulary(corpus: str, cfg: VocabConfig, out_dir: str, glossary: Glo
     log.info("stage 1: %s texts from %s", f"{sample.corpus_texts:,}" if sample.whole else
              f"a sample of {len(sample.texts):,} of the {sample.corpus_texts:,}", corpus)
     terms = None if glossary is None else GlossaryTerms(tuple(read_entries(entries)), glossary.min_count,
-                                                        glossary.define_steps, steps_per_term)
+                                                        glossary.define_steps, budget and RowBudget(**budget))
     reduce_texts = list(iter_corpus_texts(cfg.reduce_to_corpus, cfg.text_columns)) if cfg.reduce_to_corpus else None
     existed = Path(out_dir).exists()
     try:

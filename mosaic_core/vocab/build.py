@@ -360,7 +360,7 @@ def _rows(plan: VocabPlan, x: Expansion, texts: tuple[list[str], list[str]], cfg
     defined = {i: plan.glossary[t] for t, i in zip(x.entries, x.new_ids, strict=True) if t in plan.glossary}
     if defined and plan.terms is not None and plan.terms.define_steps:
         drifts.defined = define_rows(x.encoder, x.pooling, x.base_tok, x.expanded, defined, texts[0], cfg.distill,
-                                     plan.terms.steps_for(len(defined)))
+                                     plan.terms.define_steps, budget=plan.terms.budget)
         drifts.final = x.drift(heldout, length)
         clock.lap("glossary rows")
     drifts.per_token = token_drift(x.encoder, x.pooling, x.base_tok, x.expanded, heldout, length, plan.first_id)

@@ -38,20 +38,32 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class RowBudget:
+    """What a full rebuild's stage 1 gave each glossary row (``updates``: the batches that held
+    it, on average, of the ``terms`` rows it learnt), which an update tick gives the few rows it
+    adds: its batches shrink to its share of the terms (at least one window), so that an update
+    reads about as many of a row's windows as a full rebuild's did, and it trains until its rows
+    have had as many updates (at most ``define_steps``). A full rebuild's 200 steps over two dozen
+    terms put each row in about half of its batches of 16; a tick that adds one term trains it
+    for about 100 steps of one window, not 200 steps of 16, nor 9."""
+
+    updates: float
+    terms: int
+
+    def batch_size(self, full: int, terms: int) -> int:
+        """The batch of a tick that defines ``terms`` rows, of the full rebuild's ``full``."""
+        return max(1, min(full, math.ceil(full * terms / self.terms)))
+
+
+@dataclass(frozen=True)
 class GlossaryTerms:
     """What stage 1 takes from a glossary: its entries and how it uses them."""
 
     entries: tuple[GlossaryEntry, ...]
     min_count: int = 2
     define_steps: int = 200
-    steps_per_term: float | None = None
-    """An update tick's budget for the rows: this many steps per term it defines (the full
-    rebuild's steps over the terms it defined), instead of ``define_steps``, so that a tick that
-    adds one term does not train it for the whole glossary's steps."""
-
-    def steps_for(self, terms: int) -> int:
-        """Steps that learn ``terms`` glossary rows."""
-        return self.define_steps if self.steps_per_term is None else max(1, math.ceil(self.steps_per_term * terms))
+    budget: RowBudget | None = None
+    """An update tick's budget for the rows it defines: the last full rebuild's (:class:`RowBudget`)."""
 
 
 def word_form(base_tok):
@@ -119,25 +131,56 @@ def definition_windows(texts: Sequence[str], base_tok, new_tok, defined: dict[in
     return windows
 
 
+def _batches(n: int, batch_size: int, seed: int, steps: int):
+    """The window indices of each of ``steps`` batches, in the order :func:`define_rows` trains them."""
+    per_epoch = max(1, -(-n // batch_size))
+    for step in range(steps):
+        epoch, i = divmod(step, per_epoch)
+        yield _order(n, seed, epoch)[i * batch_size:(i + 1) * batch_size]
+
+
+def steps_for_updates(rows: Sequence[frozenset[int]], batch_size: int, seed: int, updates: float, cap: int) -> int:
+    """The fewest steps (at most ``cap``) after which the rows of the windows ``rows`` (each
+    window's glossary rows) have been in ``updates`` batches on average."""
+    counts = dict.fromkeys(set().union(*rows), 0)
+    if not counts:
+        return 0
+    for step, idx in enumerate(_batches(len(rows), batch_size, seed, cap), start=1):
+        for row in set().union(*(rows[j] for j in idx)):
+            counts[row] += 1
+        if sum(counts.values()) >= updates * len(counts):
+            return step
+    return cap
+
+
 def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, defined: dict[int, GlossaryEntry],
-                texts: Sequence[str], cfg: DistillConfig, steps: int, device: torch.device | None = None) -> dict:
+                texts: Sequence[str], cfg: DistillConfig, steps: int, device: torch.device | None = None,
+                budget: RowBudget | None = None) -> dict:
     """Train the rows of the glossary tokens ``defined`` (id → entry) on
-    :func:`definition_windows` for ``steps`` steps (batches, learning rate, sentences per token
-    and seed: ``cfg``'s), the loss ``1 − cos`` between the expanded model's pooled embedding of each sentence and the
-    base model's of the sentence with the definitions; returns its record (steps, windows, the
-    mean loss of the first and the last pass)."""
+    :func:`definition_windows` for ``steps`` steps (with an update tick's ``budget``: in its
+    smaller batches, the fewest steps that give each row its updates, at most ``steps``:
+    :func:`steps_for_updates`; batches, learning rate, sentences per token and seed: ``cfg``'s),
+    the loss ``1 − cos``
+    between the expanded model's pooled embedding of each sentence and the base model's of the
+    sentence with the definitions; returns its record (steps, windows, ``row_updates``: the
+    batches that held a row, on average over the rows, the mean loss of the first and the last pass)."""
     if not defined or not steps:
         return {"tokens": 0, "windows": 0, "steps": 0}
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     windows = definition_windows(texts, base_tok, new_tok, defined, cfg)
+    rows = [frozenset(defined).intersection(w.new_ids.tolist()) for w in windows]
+    if budget is not None:
+        cfg = cfg.model_copy(update={"batch_size": budget.batch_size(cfg.batch_size, len(defined))})
+        steps = max(1, steps_for_updates(rows, cfg.batch_size, cfg.seed, budget.updates, steps))
     pad = base_tok.pad_token_id if base_tok.pad_token_id is not None else 0
     distiller = RowDistiller(encoder.to(device), pooling, sorted(defined), pad,
                              cfg.model_copy(update={"target": "pooled"}), device)
     per_epoch = max(1, -(-len(windows) // cfg.batch_size))
-    losses = []
-    for step in tqdm(range(steps), desc="stage 1: glossary rows", unit="step", disable=None, dynamic_ncols=True):
-        epoch, i = divmod(step, per_epoch)
-        idx = _order(len(windows), cfg.seed, epoch)[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+    losses, updates = [], 0
+    batches = _batches(len(windows), cfg.batch_size, cfg.seed, steps)
+    for step, idx in enumerate(tqdm(batches, total=steps, desc="stage 1: glossary rows", unit="step", disable=None,
+                                    dynamic_ncols=True)):
+        updates += len(set().union(*(rows[j] for j in idx)))
         losses.append(float(distiller.step(collate([windows[j] for j in idx], pad), step, steps)))
         if (step + 1) % cfg.eval_every == 0:
             log.info("stage 1: glossary rows step %d/%d: loss %.5f (mean of the last %d steps)", step + 1, steps,
@@ -145,8 +188,9 @@ def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, d
     distiller.close()
     encoder.to("cpu")
     first, last = losses[:per_epoch], losses[-per_epoch:]
-    record = {"tokens": len(defined), "windows": len(windows), "steps": steps,
-              "loss_first_pass": float(np.mean(first)), "loss_last_pass": float(np.mean(last))}
+    record = {"tokens": len(defined), "windows": len(windows), "steps": steps, "batch_size": cfg.batch_size,
+              "row_updates": updates / len(defined), "loss_first_pass": float(np.mean(first)),
+              "loss_last_pass": float(np.mean(last))}
     log.info("stage 1: %d glossary rows learnt from their definitions on %d windows in %d steps (loss %.4f -> %.4f)",
              len(defined), len(windows), steps, record["loss_first_pass"], record["loss_last_pass"])
     return record

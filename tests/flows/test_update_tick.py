@@ -107,3 +107,29 @@ def test_new_pairs_are_an_update_tick_that_keeps_every_token_and_trains_on_them_
 
     asked = prepare_tick.fn(root, cfg, full=True)  # `mosaic run --full`, the deployment's `full`
     assert (asked["kind"], asked["reason"], asked["record"]) == ("full", "a full rebuild was asked for", True)
+
+
+def test_a_tick_gives_the_rows_it_defines_the_updates_a_full_rebuild_gave_its_rows(tmp_path):
+    folder, root = tmp_path / "pairs", str(tmp_path / "root")
+    folder.mkdir()
+    pairs_file(folder / "a.jsonl", 0, 60)
+    glossary = tmp_path / "glossary.jsonl"
+    glossary.write_text("".join(json.dumps({"term": t, "definition": d}) + "\n" for t, d in [
+        ("heparin", "a drug that stops the blood from clotting"), ("warfarin", "a drug that thins the blood"),
+        ("aspirin", "a drug that eases pain"), ("insulin", "a hormone that lowers blood sugar"),
+        ("zorblaxin", "a drug that blocks the sodium channels of the heart")]))
+    cfg = config(folder, tiny_bert(tmp_path / "base")).overridden({
+        "glossary": {"path": str(glossary), "define_steps": 16, "dictionary": {"epochs": 0}},
+        "vocab.distill.batch_size": 8})
+    mosaic_pipeline(cfg, root)
+    full = json.loads((Path(root) / "models" / "stage1" / "vocab_report.json").read_text())["glossary"]["defined"]
+    assert full["tokens"] == 4 and full["steps"] == 16 and full["batch_size"] == 8
+
+    pairs_file(folder / "b.jsonl", 1000, 10, word="zorblaxin")
+    tick = mosaic_pipeline(cfg, root)["tick"]
+    assert tick["kind"] == "update" and tick["row_budget"] == {"updates": full["row_updates"], "terms": 4}
+    report = json.loads((Path(root) / "models" / "ticks" / "2" / "stage1" / "vocab_report.json").read_text())
+    defined = report["glossary"]["defined"]
+    assert defined["tokens"] == 1 and defined["batch_size"] == 2  # one term of four: a quarter of the batch
+    # Its one row is in every batch: as many steps as the full rebuild's rows had updates, not 16 / 4.
+    assert defined["steps"] == math.ceil(full["row_updates"]) == math.ceil(defined["row_updates"]) > 16 / 4

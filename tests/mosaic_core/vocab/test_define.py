@@ -2,6 +2,7 @@
 their rows learnt from their definitions."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,7 +13,15 @@ from transformers import AutoModel, AutoTokenizer
 from mosaic_core.config import DistillConfig
 from mosaic_core.data.glossary import GlossaryEntry
 from mosaic_core.vocab.build import build_expanded_model
-from mosaic_core.vocab.define import GlossaryTerms, _defined, definition_windows, glossary_candidates, word_form
+from mosaic_core.vocab.define import (
+    GlossaryTerms,
+    RowBudget,
+    _defined,
+    definition_windows,
+    glossary_candidates,
+    steps_for_updates,
+    word_form,
+)
 from mosaic_core.vocab.tokenizers import spec_of, tokenizer_state
 
 ZORVATIDE = GlossaryEntry("Zorvatide", "a drug that blocks calcium channels in the heart", ("ZRV-1",))
@@ -107,3 +116,26 @@ def test_learnt_rows_bring_the_term_to_its_definition_and_leave_the_others(tmp_p
     target = ("The patient was given zorvatide (a drug that blocks calcium channels in the heart) and the cells "
               "were stained.")
     assert cos(tmp_path / "defined", sentence, target) > cos(tmp_path / "mean", sentence, target)
+
+
+def test_a_row_in_every_batch_needs_as_many_steps_as_updates_and_a_row_in_some_needs_more():
+    one_term = [frozenset({7})] * 5  # a tick that defines one term: every batch holds its row
+    assert steps_for_updates(one_term, batch_size=4, seed=0, updates=30, cap=200) == 30
+    assert steps_for_updates(one_term, batch_size=4, seed=0, updates=300, cap=200) == 200  # never past the cap
+    many = [frozenset({t}) for t in range(24) for _ in range(3)]  # 24 terms, 3 windows each: 9 batches a pass
+    steps = steps_for_updates(many, batch_size=8, seed=0, updates=30, cap=1000)
+    assert 30 * 24 / 8 <= steps <= 30 * 9  # a batch holds at most 8 of the 24 rows; a pass, every row at least once
+    assert steps_for_updates([frozenset()] * 3, batch_size=4, seed=0, updates=30, cap=200) == 0
+
+
+def test_a_tick_that_defines_fewer_terms_gives_each_row_the_full_rebuilds_updates_in_smaller_batches(tmp_path):
+    base = tiny_bert(tmp_path / "base")
+    cfg = stage1_config(base, vocab_size=300, min_count=50, distill=DistillConfig(batch_size=4, per_token=3))
+    both = build_expanded_model(CORPUS, tmp_path / "both", cfg,
+                                glossary=GlossaryTerms((ZORVATIDE, KELTRASE), 2, define_steps=12)).glossary["defined"]
+    assert (both["steps"], both["batch_size"]) == (12, 4) and 0 < both["row_updates"] < 12  # not every batch: both
+    budget = RowBudget(both["row_updates"], both["tokens"])
+    alone = build_expanded_model(CORPUS, tmp_path / "alone", cfg, glossary=GlossaryTerms(
+        (KELTRASE,), 2, define_steps=12, budget=budget)).glossary["defined"]
+    assert alone["batch_size"] == 2  # half the terms, half the batch
+    assert alone["steps"] == math.ceil(both["row_updates"]) == math.ceil(alone["row_updates"])  # its row in each
