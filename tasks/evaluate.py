@@ -27,6 +27,7 @@ from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
 from storage.layout import DataLayout
 from storage.pairs_io import corpus_fingerprint, pair_batches
+from storage.vectors import TaskVectors
 from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
@@ -101,12 +102,15 @@ def _eval_cache_key(context: TaskRunContext, parameters: dict) -> str:
 @task(name="evaluate", task_run_name="eval-{model_name}-{spec.name}", cache_key_fn=_eval_cache_key,
       persist_result=True, result_serializer=SERIALIZER, retries=0)
 def evaluate_task(model_name: str, model_path: str, spec: EvalTask, work_dir: str, batch_size: int = 64,
-                  model_kind: str = "auto", prompts: dict | None = None, dim: int | None = None) -> dict:
+                  model_kind: str = "auto", prompts: dict | None = None, dim: int | None = None,
+                  vectors: str | None = None) -> dict:
     """Score ``model_path`` on ``spec``; returns the TaskScore as a dict (with per-query NDCG@10).
     ``prompts``: the query and document prompts (None: what the model declares). ``dim``: the
-    embeddings cut to that many dimensions (renormalised); the score is then named TASK@DIM."""
+    embeddings cut to that many dimensions (renormalised); the score is then named TASK@DIM.
+    ``vectors``: the model's folder of the data root's embedding cache (:mod:`storage.vectors`):
+    only the texts it holds no vector for are encoded."""
     score = evaluation.score_task(resolve_model(model_path), load_task(spec), Path(work_dir), batch_size, model_kind,
-                                  prompts=prompts, dim=dim)
+                                  prompts=prompts, dim=dim, vectors=vectors and (Path(vectors), TaskVectors))
     score.task = spec.name if dim is None else f"{spec.name}@{dim}"
     log.info("%s on %s: %s = %.4f", model_name, spec.name, score.metric, score.value)
     return dataclasses.asdict(score)

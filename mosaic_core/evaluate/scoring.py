@@ -195,11 +195,20 @@ def truncate(model, dim: int, model_path: str) -> None:
 
 
 def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind: str = "auto",
-               prompts: dict | None = None, dim: int | None = None) -> TaskScore:
-    """Run ``task`` with the model at ``model_path`` (:func:`load_scored_model`) through ``mteb.evaluate``."""
+               prompts: dict | None = None, dim: int | None = None, vectors: tuple[Path, type] | None = None,
+               ) -> TaskScore:
+    """Run ``task`` with the model at ``model_path`` (:func:`load_scored_model`) through
+    ``mteb.evaluate``. ``vectors``: (a folder, a cache backend class): a dense model's embeddings
+    kept there per task, role and text, so that only texts it has not encoded are encoded
+    (mteb's ``CachedEmbeddingWrapper``)."""
     import mteb
+    from sentence_transformers import SentenceTransformer
 
     model = load_scored_model(model_path, kind, prompts, dim)
+    if vectors is not None and isinstance(model, SentenceTransformer):
+        from mteb.models import CachedEmbeddingWrapper, SentenceTransformerEncoderWrapper
+
+        model = CachedEmbeddingWrapper(SentenceTransformerEncoderWrapper(model), vectors[0], cache_backend=vectors[1])
     work_dir.mkdir(parents=True, exist_ok=True)
     task.load_data()
     first_split = task.metadata.eval_splits[0]

@@ -69,3 +69,33 @@ def test_eval_dims_scores_each_dimension_and_reports_the_table(models, tmp_path)
     with Catalog(DataLayout(root)) as cat:
         cat.refresh()
         assert sorted(cat.rows("SELECT task FROM eval_history")) == [("heldout@32",), ("heldout@8",)]
+
+
+def test_a_pipeline_s_evaluation_encodes_only_the_texts_its_models_have_not_encoded(models, tmp_path, monkeypatch):
+    from mteb.models import SentenceTransformerEncoderWrapper
+
+    from storage.vectors import vectors_dir
+
+    encoded = []
+    encode = SentenceTransformerEncoderWrapper.encode
+    monkeypatch.setattr(SentenceTransformerEncoderWrapper, "encode",
+                        lambda self, inputs, **kw: encoded.append(len(inputs.dataset)) or encode(self, inputs, **kw))
+    pairs, root = tmp_path / "pairs.jsonl", str(tmp_path / "root")
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    cfg = EvalConfig(tasks=(HeldoutTask(name="heldout", path=str(pairs), heldout_pairs=8, pool=20),))
+    first = eval_flow(models, cfg, str(tmp_path / "r1"), root, keep_vectors=True)
+    assert sum(encoded) == 2 * (8 + 28)  # each model: 8 queries, 28 documents
+    more = [{"query": f"q cells {i}", "document": f"a cell {i} and the patient with q"} for i in range(40, 52)]
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS + more))  # the held-out task changes
+    encoded.clear()
+    cached = eval_flow(models, cfg, str(tmp_path / "r2"), root, keep_vectors=True)
+    assert 0 < sum(encoded) < 2 * (8 + 28)  # the new held-out pairs and distractors alone
+    encoded.clear()
+    fresh = eval_flow(models, cfg.model_copy(update={"batch_size": 16}), str(tmp_path / "r3"))  # every text again
+    assert sum(encoded) == 2 * (8 + 28)
+    assert cached["scores"] != first["scores"]
+    for m in models:
+        assert cached["scores"][m][0]["per_query"] == pytest.approx(fresh["scores"][m][0]["per_query"], abs=1e-6)
+    assert len([p for p in vectors_dir(root).iterdir()]) == 2
+    eval_flow({"a": models["a"]}, cfg, str(tmp_path / "r4"), root, keep_vectors=True)
+    assert len([p for p in vectors_dir(root).iterdir()]) == 1  # the cache keeps the models a run scores
