@@ -19,7 +19,7 @@ from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
 from mosaic_core.trainer.continual import NONE, tick_training
 from storage.layout import DataLayout
-from tasks.continual import record_tick, tick_summary, tick_words
+from tasks.continual import measure_score_drift, record_tick, tick_summary, tick_words
 from tasks.publish import published_model
 from tasks.report import funnel, run_report, story
 from tasks.tracking import log_outcome
@@ -83,9 +83,11 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
                   "live adapted model": live["adapted"], "live control": live.get("control")},
         control="control" if control else None, tick=tick,
         glossary=taught_terms(cfg, vocab, stages, train, stage1, data_root)), str(root / "report"))
+    live_scores = next((s["per_query"] for s in report["scores"].get("published", []) if s["task"] == "heldout"), None)
     record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control else {})},
-                tick_summary(parts["started"], stages[0]["pairs"], stages, vocab, decision, candidate, report["scores"],
-                             str(flow_run.id)))
+                {**tick_summary(parts["started"], stages[0]["pairs"], stages, vocab, decision, candidate,
+                                report["scores"], str(flow_run.id)),
+                 "score_drift": measure_score_drift(data_root, cfg, live_scores)})
     kept = sum(m.kept for m in parts["filtered"])
     total = sum(m.rows_out for m in parts["filtered"])
     if run_id is not None:

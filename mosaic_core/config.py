@@ -96,6 +96,10 @@ class UpdateConfig(Frozen):
     split_drift: float = Field(
         0.05, gt=0.0, description="A full rebuild when the share of the new pairs' words that the live tokenizer "
         "splits into three or more pieces exceeds the earlier pairs' share by more than this.")
+    score_drift: float = Field(
+        0.05, gt=0.0, description="The next run is a full rebuild when the published model scored the held-out "
+        "pairs added since the last full rebuild this much lower (NDCG@10) than the earlier held-out pairs, beyond "
+        "noise (the 95 % bootstrap interval of the drop above 0; measured from 10 such pairs on).")
     seed: int = Field(0, description="Seed of the replay sample (mixed with the tick's number).")
 
 

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from mosaic_core.config import PipelineConfig
 from mosaic_core.modeling.modeldir import read_vocab_report
-from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, split_drift, tick_kind
+from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, score_drift, split_drift, tick_kind
 from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
 from storage.examples import examples_file, map_examples
 from storage.layout import DataLayout
@@ -25,14 +25,20 @@ from tasks.publish import scores_by_model
 log = logging.getLogger(__name__)
 
 
-def training_hashes(data_root: str, cfg: PipelineConfig) -> np.ndarray:
-    """``uint64 [n]``: the content hashes of ``data_root``'s training pairs (every pair but the
-    test and validation pairs, as training splits them; none without a query)."""
+def split_hashes(data_root: str, cfg: PipelineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(training, test): ``uint64`` content hashes of ``data_root``'s training pairs (every pair
+    but the test and validation pairs, as training splits them; none without a query) and of its
+    test pairs, in the order of the held-out task's queries."""
     hashes = pair_hashes(pair_batches(data_root))
     n_test, n_validation = cfg.train.heldout_pairs, cfg.train.validation_pairs
     split = split_by_hash(hashes, n_test, n_validation, recorded_split(data_root, n_test, n_validation))
     train = hashes[split.train]
-    return train[train != 0]
+    return train[train != 0], hashes[split.test]
+
+
+def training_hashes(data_root: str, cfg: PipelineConfig) -> np.ndarray:
+    """``uint64 [n]``: the content hashes of ``data_root``'s training pairs (:func:`split_hashes`)."""
+    return split_hashes(data_root, cfg)[0]
 
 
 def _rows(data_root: str, wanted: np.ndarray) -> dict[int, dict]:
@@ -116,15 +122,32 @@ def record_tick(data_root: str, cfg: PipelineConfig, plan: dict, models: dict[st
     """Append this tick's record (its plan, its models, ``summary``: what it trained, its cost,
     scores and decision) and the pairs its models have now trained on: a full tick's, every
     training pair; an update tick's, the live models' and the tick's new pairs."""
+    held = {}
     if plan["kind"] == FULL:
-        trained = training_hashes(data_root, cfg)
+        trained, test = split_hashes(data_root, cfg)
+        held = {"test_pairs": [format(int(h), "016x") for h in test]}  # what a later score drift compares with
     else:
         trained = np.union1d(trained_pairs(data_root), pair_hashes(pair_batches(plan["pairs_path"])))
     record = {"tick": plan["tick"], "kind": plan["kind"], "reason": plan["reason"], "model_hash": cfg.model_hash(),
               "new_pairs": plan["new"], "replay_pairs": plan["replay"], "split_drift": plan["split_drift"],
-              "models": models, **summary}
+              "models": models, **summary, **held}
     append_tick(data_root, record, trained)
     return {**record, "trained_pairs": len(trained)}
+
+
+@task(name="score-drift", cache_policy=NO_CACHE)
+def measure_score_drift(data_root: str, cfg: PipelineConfig, per_query: dict[str, float] | None) -> dict | None:
+    """:func:`~mosaic_core.trainer.continual.score_drift` of the published model, whose NDCG@10 on
+    the held-out task is ``per_query`` (query ``q<i>``: the root's ``i``-th test pair), between the
+    held-out pairs the last full rebuild held out and those added since; None when it cannot be
+    measured (no per-query scores, no full rebuild on record, too few new pairs)."""
+    full = next((t for t in reversed(read_ticks(data_root)) if t["kind"] == FULL and "test_pairs" in t), None)
+    if not per_query or full is None:
+        return None
+    test = split_hashes(data_root, cfg)[1]
+    scores = {int(test[int(q[1:])]): v for q, v in per_query.items() if int(q[1:]) < len(test)}
+    earlier = np.array([int(h, 16) for h in full["test_pairs"]], dtype=np.uint64)
+    return score_drift(scores, earlier, seed=cfg.update.seed)
 
 
 def tick_summary(started: float, pairs: int, stages: list[dict], vocab: dict, decision: dict, candidate: str,

@@ -41,12 +41,13 @@ class TickKind:
 def tick_kind(previous: dict | None, model_hash: str, new: int, trainable: int, updates_in_a_row: int,
               cfg: UpdateConfig, full_asked: bool = False, split_drift: float | None = None,
               sparse: bool = False, gone: int = 0) -> TickKind:
-    """The kind of this tick. ``previous``: the last tick's record (None before the first run);
-    ``model_hash``: this run's :meth:`PipelineConfig.model_hash`; ``new``: training pairs the live
-    models never trained on, of ``trainable``; ``updates_in_a_row``: update ticks since the last
-    full one; ``split_drift``: :func:`split_share` of the new pairs minus the earlier pairs' (None:
-    not measured); ``sparse``: a SPLADE run (update ticks are dense only); ``gone``: pairs the live
-    models trained on that the corpus no longer has (deleted or revised citations)."""
+    """The kind of this tick. ``previous``: the last tick's record (None before the first run; its
+    ``score_drift``: :func:`score_drift` as it measured it); ``model_hash``: this run's
+    :meth:`PipelineConfig.model_hash`; ``new``: training pairs the live models never trained on, of
+    ``trainable``; ``updates_in_a_row``: update ticks since the last full one; ``split_drift``:
+    :func:`split_share` of the new pairs minus the earlier pairs' (None: not measured); ``sparse``:
+    a SPLADE run (update ticks are dense only); ``gone``: pairs the live models trained on that
+    the corpus no longer has (deleted or revised citations)."""
     if full_asked:
         return TickKind(FULL, "a full rebuild was asked for")
     if previous is None:
@@ -71,6 +72,11 @@ def tick_kind(previous: dict | None, model_hash: str, new: int, trainable: int, 
                               f"update.max_new_share ({cfg.max_new_share:.0%}): a new baseline")
     if updates_in_a_row >= cfg.full_every:
         return TickKind(FULL, f"{updates_in_a_row} update ticks in a row (update.full_every: {cfg.full_every})")
+    if (drift := previous.get("score_drift")) and drift["low"] > 0 and drift["drop"] > cfg.score_drift:
+        return TickKind(FULL, f"tick {previous['tick']}'s published model scored the {drift['new']} held-out pairs "
+                              f"added since the last full rebuild {100 * drift['drop']:.1f} NDCG@10 points below the "
+                              f"earlier ones (95 % interval {100 * drift['low']:+.1f} to {100 * drift['high']:+.1f}; "
+                              f"update.score_drift: {100 * cfg.score_drift:.1f})")
     if split_drift is not None and split_drift > cfg.split_drift:
         return TickKind(FULL, f"the new pairs' words split into three or more pieces {split_drift:+.1%} more often "
                               f"than the earlier pairs' (update.split_drift: {cfg.split_drift:.1%})")
@@ -109,6 +115,29 @@ def split_drift(tokenizer, new: Iterable[str], earlier: list[str]) -> float | No
     pieces = Segmenter(tokenizer_state(tokenizer))
     return (split_share(word_counts(tokenizer, new).items(), pieces)
             - split_share(word_counts(tokenizer, earlier).items(), pieces))
+
+
+MIN_DRIFT_PAIRS = 10
+"""Held-out pairs added since the last full rebuild that :func:`score_drift` needs to measure."""
+
+
+def score_drift(scores: dict[int, float], earlier: np.ndarray, seed: int = 0, draws: int = 2000) -> dict | None:
+    """How much lower a model scores the held-out pairs the last full rebuild did not hold out (new
+    since: a domain that moved) than the ones it did (``earlier``: their content hashes);
+    ``scores``: content hash → the model's NDCG@10 on that held-out pair. Returns ``drop`` (the
+    earlier pairs' mean minus the new pairs'), ``low``, ``high`` (its 95 % bootstrap interval, the
+    two sets resampled apart), ``new``, ``earlier`` (how many); None with fewer than
+    :data:`MIN_DRIFT_PAIRS` new pairs or no earlier one."""
+    known = np.isin(np.fromiter(scores, dtype=np.uint64, count=len(scores)), earlier)
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    old, new = values[known], values[~known]
+    if len(new) < MIN_DRIFT_PAIRS or not len(old):
+        return None
+    rng = np.random.default_rng(seed)
+    drops = (rng.choice(old, (draws, len(old))).mean(1) - rng.choice(new, (draws, len(new))).mean(1))
+    low, high = np.quantile(drops, [0.025, 0.975])
+    return {"drop": float(old.mean() - new.mean()), "low": float(low), "high": float(high), "new": int(len(new)),
+            "earlier": int(len(old))}
 
 
 def tick_training(train: TrainConfig, pairs: int, epochs: float) -> TrainConfig:

@@ -17,8 +17,10 @@ from cli import app
 from flows.pipeline import mosaic_pipeline
 from mosaic_core.config import PipelineConfig
 from mosaic_core.modeling.modeldir import read_domain_ids, read_stage_record
+from mosaic_core.trainer.heldout import content_hashes
 from storage.ticks import read_ticks, trained_pairs
 from tasks.continual import prepare_tick
+from tasks.evaluate import READERS
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 DRUGS = ["aspirin", "heparin", "insulin", "warfarin", "metformin", "ibuprofen"]
@@ -97,6 +99,12 @@ def test_new_pairs_are_an_update_tick_that_keeps_every_token_and_trains_on_them_
     control = read_stage_record(Path(root) / "models" / "ticks" / "2" / "control" / "1-control")
     assert Path(control["input_model"]).resolve() == Path(live["control"]).resolve()
     assert control["result"]["steps"] == 2 * steps and control["result"]["pairs"] == record["pairs_trained"]
+
+    # The full tick keeps its test pairs, in the held-out task's query order (q<i>: the i-th), which
+    # a tick's score drift compares the pairs added since with; 6 test pairs: too few new ones to measure.
+    heldout, _ = cfg.eval_specs(root)[0].held_out(READERS, pool=10)
+    assert [int(h, 16) for h in full["test_pairs"]] == content_hashes(*zip(*heldout, strict=True)).tolist()
+    assert "test_pairs" not in record and record["score_drift"] is None
 
     third = mosaic_pipeline(cfg, root)  # nothing new: the live models stand
     assert third["tick"]["kind"] == "none" and len(read_ticks(root)) == 2 and third["stages"] == []

@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from mosaic_core.config import TrainConfig, UpdateConfig
-from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, split_share, tick_kind, tick_training
+from mosaic_core.trainer.continual import (
+    FULL,
+    NONE,
+    UPDATE,
+    replay_sample,
+    score_drift,
+    split_share,
+    tick_kind,
+    tick_training,
+)
 
 LIVE = {"tick": 3, "kind": UPDATE, "model_hash": "h"}
 
@@ -22,6 +31,12 @@ LIVE = {"tick": 3, "kind": UPDATE, "model_hash": "h"}
     (LIVE, ("h", 5, 100, 10), {}, FULL, "10 update ticks in a row"),
     (LIVE, ("h", 5, 100, 1), {"split_drift": 0.2}, FULL, "three or more pieces"),
     (LIVE, ("h", 5, 100, 1), {"split_drift": 0.01}, UPDATE, "5 new pairs (5.0% of the training pairs)"),
+    ({**LIVE, "score_drift": {"drop": 0.2, "low": 0.1, "high": 0.3, "new": 12}}, ("h", 5, 100, 1), {}, FULL,
+     "scored the 12 held-out pairs added since the last full rebuild 20.0 NDCG@10 points below"),
+    ({**LIVE, "score_drift": {"drop": 0.2, "low": -0.05, "high": 0.4, "new": 12}}, ("h", 5, 100, 1), {}, UPDATE,
+     "new pairs"),  # within noise
+    ({**LIVE, "score_drift": {"drop": 0.03, "low": 0.01, "high": 0.05, "new": 400}}, ("h", 5, 100, 1), {}, UPDATE,
+     "new pairs"),  # beyond noise, but below update.score_drift
 ])
 def test_the_tick_kind_and_its_reason(previous, args, kw, kind, why):
     got = tick_kind(previous, *args[:2], args[2], args[3], UpdateConfig(), **kw)
@@ -66,3 +81,15 @@ def test_an_update_tick_trains_the_retrieval_stages_for_the_pairs_it_holds():
     assert tick.control().stages[0].max_steps == 14  # the control: the same steps, as on a full rebuild
     with pytest.raises(ValueError, match="retrieval stages"):
         tick_training(TrainConfig.preset("warmup").model_copy(update={"stages": train.stages[:1]}), 10, 1.0)
+
+
+def test_score_drift_compares_the_held_out_pairs_added_since_the_full_rebuild_with_the_earlier_ones():
+    earlier = np.arange(1, 41, dtype=np.uint64)
+    same = {**{int(h): 0.8 for h in earlier}, **{h: 0.8 for h in range(100, 112)}}
+    drift = score_drift(same, earlier)
+    assert (drift["new"], drift["earlier"]) == (12, 40) and drift["drop"] == pytest.approx(0.0)
+    moved = {**{int(h): 0.8 + 0.01 * (h % 3) for h in earlier}, **{h: 0.3 + 0.02 * (h % 4) for h in range(100, 112)}}
+    drift = score_drift(moved, earlier)
+    assert drift["drop"] == pytest.approx(0.81 - 0.33, abs=0.01) and 0 < drift["low"] < drift["drop"] < drift["high"]
+    assert tick_kind({**LIVE, "score_drift": drift}, "h", 5, 100, 1, UpdateConfig()).kind == FULL
+    assert score_drift({**{int(h): 0.8 for h in earlier}, 100: 0.1, 101: 0.1}, earlier) is None  # 2 new: too few
