@@ -58,7 +58,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     pairs = plan["new"] + plan["replay"]
     full_train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
                   if glossary else cfg.train)
-    train = tick_training(full_train, pairs, cfg.update.epochs)
+    train = tick_training(full_train, pairs, plan["passes"])
     stages = train_flow(stage1, plan["pairs_path"], train, str(out), tracking=cfg.tracking, parent_run=run_id)
     control = (train_flow(live["control"], plan["pairs_path"], train.control(), str(out / "control"),
                           tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"]

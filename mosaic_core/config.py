@@ -86,9 +86,11 @@ class UpdateConfig(Frozen):
     replay: float = Field(
         1.0, ge=0.0, description="Earlier training pairs replayed per new pair (a seeded sample), so the tick "
         "does not forget what the live model learnt.")
-    epochs: float = Field(
-        1.0, gt=0.0, description="Passes over the tick's pairs (new plus replayed) per training stage: a stage "
-        "trains ceil(epochs × pairs / batch_size) steps, at most its own max_steps.")
+    epochs: float | None = Field(
+        None, gt=0.0, description="Passes over the tick's pairs (new plus replayed) per training stage: a stage "
+        "trains ceil(epochs × pairs / batch_size) steps, at most its own max_steps. None: each stage makes the "
+        "passes the last full rebuild's stage made over its pairs (its steps × batch / pairs), so a tick trains "
+        "every pair at the rate a full rebuild does (1.0 when no record says).")
     full_every: int = Field(10, ge=1, description="A full rebuild after this many update ticks in a row.")
     max_new_share: float = Field(
         0.25, gt=0.0, le=1.0, description="A full rebuild when the new pairs are more than this share of the "

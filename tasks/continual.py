@@ -12,8 +12,17 @@ from prefect.cache_policies import NO_CACHE
 from transformers import AutoTokenizer
 
 from mosaic_core.config import PipelineConfig
-from mosaic_core.modeling.modeldir import read_vocab_report
-from mosaic_core.trainer.continual import FULL, NONE, UPDATE, replay_sample, score_drift, split_drift, tick_kind
+from mosaic_core.modeling.modeldir import read_stage_record, read_vocab_report
+from mosaic_core.trainer.continual import (
+    FULL,
+    NONE,
+    UPDATE,
+    replay_sample,
+    score_drift,
+    split_drift,
+    stage_passes,
+    tick_kind,
+)
 from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
 from storage.examples import examples_file, map_examples
 from storage.layout import DataLayout
@@ -72,6 +81,21 @@ def _row_budget(data_root: str, batch_size: int) -> dict | None:
     return {"updates": defined.get("row_updates", expected), "terms": defined["tokens"]}
 
 
+def full_passes(data_root: str) -> dict[str, float]:
+    """Stage name → the passes over its pairs the last full rebuild's stage of that name made
+    (:func:`~mosaic_core.trainer.continual.stage_passes`, from its record in ``models/<i>-<name>``):
+    an update tick's budget, which trains every pair at the full rebuild's rate."""
+    out = {}
+    for folder in sorted(DataLayout(data_root).models_dir.glob("*-*")):
+        record = read_stage_record(folder)
+        result = (record or {}).get("result") or {}
+        if record is None or not result.get("steps") or not result.get("pairs"):
+            continue
+        batch = record["config"]["batch_size"] * record["config"].get("accumulation", 1)
+        out[folder.name.split("-", 1)[1]] = stage_passes(result["steps"], batch, result["pairs"])
+    return out
+
+
 @task(name="prepare-tick", cache_policy=NO_CACHE)
 def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dict:
     """Which tick this run is (:func:`tick_kind`) and, for an update tick, its pairs: the training
@@ -79,8 +103,10 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
     ``models/ticks/<n>/pairs.jsonl``. Returns the tick's plan: ``tick`` (its number), ``kind``,
     ``reason``, ``new``, ``replay``, ``trainable``, ``split_drift``, ``live`` (the live models:
     ``adapted``, ``control``), ``pairs_path``, ``row_budget`` (the budget of the glossary
-    rows its stage 1 learns: :func:`_row_budget`), ``record`` (whether the run adds a tick record: not
-    for a rerun that takes every step of the last full rebuild from cache)."""
+    rows its stage 1 learns: :func:`_row_budget`), ``passes`` (its stages' passes over its pairs
+    when ``update.epochs`` leaves them to the last full rebuild: :func:`full_passes`), ``record``
+    (whether the run adds a tick record: not for a rerun that takes every step of the last full
+    rebuild from cache)."""
     previous = last_tick(data_root)
     ticks = read_ticks(data_root)
     in_a_row = next((i for i, t in enumerate(reversed(ticks)) if t["kind"] == FULL), len(ticks))
@@ -111,7 +137,8 @@ def prepare_tick(data_root: str, cfg: PipelineConfig, full: bool = False) -> dic
             path = DataLayout(data_root).tick_dir(n) / "pairs.jsonl"
             write_jsonl(path, list(rows.values()))
             plan.update(replay=len(rows) - len(new), pairs_path=str(path),
-                        row_budget=_row_budget(data_root, cfg.vocab.distill.batch_size))
+                        row_budget=_row_budget(data_root, cfg.vocab.distill.batch_size),
+                        passes=cfg.update.epochs if cfg.update.epochs is not None else full_passes(data_root))
     plan["record"] = kind.kind != NONE and not kind.rerun
     log.info("tick %d: %s (%s)", n, kind.kind, kind.reason)
     return {**plan, "kind": kind.kind, "reason": kind.reason}

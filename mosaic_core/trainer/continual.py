@@ -140,18 +140,28 @@ def score_drift(scores: dict[int, float], earlier: np.ndarray, seed: int = 0, dr
             "earlier": int(len(old))}
 
 
-def tick_training(train: TrainConfig, pairs: int, epochs: float) -> TrainConfig:
+def stage_passes(steps: int, batch: int, pairs: int) -> float | None:
+    """The passes over its ``pairs`` that a stage of ``steps`` steps of ``batch`` pairs made (None
+    without pairs)."""
+    return steps * batch / pairs if pairs else None
+
+
+def tick_training(train: TrainConfig, pairs: int, epochs: float | dict[str, float]) -> TrainConfig:
     """``train`` as an update tick trains it on ``pairs`` pairs: its retrieval stages (the MLM
     warm-ups and the dictionary stage were for a fresh head and fresh rows, which the live model
-    has), each ``ceil(epochs × pairs / batch_size)`` steps at most its own ``max_steps``; nothing
-    held out of the tick's pairs (the data root's test and validation pairs never enter them) and
-    no validation inside a stage, no merge step, no warm-up added; a stage on pairs of its own
-    (seed 004's general stage) is not rerun. The tick's pairs file has ``query`` and ``document``
-    columns."""
+    has), each ``ceil(epochs × pairs / batch_size)`` steps at most its own ``max_steps``
+    (``epochs``: the same for every stage, or per stage name, 1.0 for a stage it does not name);
+    nothing held out of the tick's pairs (the data root's test and validation pairs never enter
+    them) and no validation inside a stage, no merge step, no warm-up added; a stage on pairs of
+    its own (seed 004's general stage) is not rerun. The tick's pairs file has ``query`` and
+    ``document`` columns."""
+    def passes(stage) -> float:
+        return epochs.get(stage.name, 1.0) if isinstance(epochs, dict) else epochs
+
     stages = tuple(s.model_copy(update={
-        "max_steps": min(max(1, math.ceil(epochs * pairs / (s.batch_size * s.accumulation))),
-                         s.max_steps or math.inf), "epochs": 1, "eval_every": None, "warmup_ratio": 0.0,
-        "query_column": None, "document_column": None})
+        "max_steps": min(max(1, math.ceil(passes(s) * pairs / (s.batch_size * s.accumulation))),
+                         s.max_steps or math.inf),
+        "epochs": 1, "eval_every": None, "warmup_ratio": 0.0, "query_column": None, "document_column": None})
         for s in train.stages if s.kind != "mlm" and s.pairs is None)
     if not stages:
         raise ValueError("an update tick trains the retrieval stages on the domain's pairs, and train.stages has "

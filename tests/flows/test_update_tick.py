@@ -128,14 +128,21 @@ def test_a_tick_gives_the_rows_it_defines_the_updates_a_full_rebuild_gave_its_ro
         ("zorblaxin", "a drug that blocks the sodium channels of the heart")]))
     cfg = config(folder, tiny_bert(tmp_path / "base")).overridden({
         "glossary": {"path": str(glossary), "define_steps": 16, "dictionary": {"epochs": 0}},
-        "vocab.distill.batch_size": 8})
+        "vocab.distill.batch_size": 8, "update.epochs": None})
     mosaic_pipeline(cfg, root)
     full = json.loads((Path(root) / "models" / "stage1" / "vocab_report.json").read_text())["glossary"]["defined"]
     assert full["tokens"] == 4 and full["steps"] == 16 and full["batch_size"] == 8
 
     pairs_file(folder / "b.jsonl", 1000, 10, word="zorblaxin")
-    tick = mosaic_pipeline(cfg, root)["tick"]
+    second = mosaic_pipeline(cfg, root)
+    tick = second["tick"]
     assert tick["kind"] == "update" and tick["row_budget"] == {"updates": full["row_updates"], "terms": 4}
+    # update.epochs unset: each stage trains the tick's pairs at the full rebuild's rate (its steps × batch / pairs).
+    [folder] = (Path(root) / "models").glob("*-joint")
+    joint = read_stage_record(folder)["result"]
+    assert tick["passes"]["joint"] == pytest.approx(joint["steps"] * 4 / joint["pairs"])
+    pairs = tick["new"] + tick["replay"]
+    assert second["stages"][0]["steps"] == min(3, math.ceil(tick["passes"]["joint"] * pairs / 4))
     report = json.loads((Path(root) / "models" / "ticks" / "2" / "stage1" / "vocab_report.json").read_text())
     defined = report["glossary"]["defined"]
     assert defined["tokens"] == 1 and defined["batch_size"] == 2  # one term of four: a quarter of the batch

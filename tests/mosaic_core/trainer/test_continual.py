@@ -79,6 +79,8 @@ def test_an_update_tick_trains_the_retrieval_stages_for_the_pairs_it_holds():
     assert (tick.heldout_pairs, tick.validation_pairs, tick.merge_weights, tick.mlm_warmup) == (0, 0, (), "off")
     assert all(s.eval_every is None for s in tick.stages)
     assert tick.control().stages[0].max_steps == 14  # the control: the same steps, as on a full rebuild
+    per_stage = tick_training(train, pairs=100, epochs={"joint": 0.5})  # the full rebuild's passes, by stage
+    assert [s.max_steps for s in per_stage.stages] == [2, 4]  # ceil(0.5 × 100 / 32); a stage not named: one pass
     with pytest.raises(ValueError, match="retrieval stages"):
         tick_training(TrainConfig.preset("warmup").model_copy(update={"stages": train.stages[:1]}), 10, 1.0)
 
