@@ -15,8 +15,8 @@ from mosaic_core.modeling.fingerprint import model_fingerprint
 from mosaic_core.modeling.refs import resolve_model
 from storage.benchmarks import BenchmarkError
 from storage.lock import root_lock
-from storage.vectors import keep_models, model_folder
-from tasks.evaluate import evaluate_task, load_task, record_history, report_task, task_checksum
+from storage.vectors import model_folder
+from tasks.evaluate import ENCODING, evaluate_task, load_task, prune_vectors, record_history, report_task, task_checksum
 from tasks.results import recorded_beside
 
 
@@ -26,14 +26,15 @@ class EvaluationInputError(RuntimeError):
 
 @flow(name="evaluate")
 def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: str | None = None,
-              keep_vectors: bool = False) -> dict:
+              keep_vectors: tuple[str, ...] = ()) -> dict:
     """Score every model on every task and write the report to ``out_dir``; with ``data_root``
     the scores are also recorded in its catalog (``mosaic history``), under its writer lock
     (waited for, if another command holds it: the scores are not thrown away), as rows of the
     pipeline run that called it (of its own run, alone). ``keep_vectors`` (a pipeline run, which
-    holds the root's lock): each dense model's embeddings are kept in the root's cache
-    (:mod:`storage.vectors`), so that the next run encodes only the texts they lack (the base
-    and the published model on held-out pairs that grew), and the cache keeps these models alone."""
+    holds the root's lock): the models whose embeddings are kept in the root's cache
+    (:mod:`storage.vectors`; dense models), the ones the next run scores again (the base, the
+    candidates, the published model), so that it encodes only the texts they lack (held-out
+    pairs that grew); the cache keeps these models alone."""
     problems, specs = [], []
     for spec in cfg.tasks:  # every task's data is checked before any model is scored
         try:
@@ -49,15 +50,14 @@ def eval_flow(models: dict[str, str], cfg: EvalConfig, out_dir: str, data_root: 
     evaluate = recorded_beside(evaluate_task, out_dir)
     prompts = cfg.prompts.model_dump() if cfg.prompts else None
     fingerprints = {m: model_fingerprint(resolve_model(p)) for m, p in models.items()}
-    vectors = {(m, d): model_folder(data_root, fingerprints[m], {"kind": cfg.model_kind, "prompts": prompts, "dim": d,
-                                                                 "batch_size": cfg.batch_size})
-               for m in models for d in dims} if keep_vectors and data_root else {}
+    vectors = {(m, d): str(model_folder(data_root, fingerprints[m], {
+        "kind": cfg.model_kind, "prompts": prompts, "dim": d, "batch_size": cfg.batch_size, "code": ENCODING}))
+        for m in models if m in keep_vectors for d in dims} if data_root else {}
     scores = {m: [TaskScore(**evaluate(m, p, s, str(Path(out_dir) / "predictions" / m / (f"dim{d}" if d else "")),
-                                       cfg.batch_size, cfg.model_kind, prompts, d,
-                                       str(vectors[m, d]) if vectors else None))
+                                       cfg.batch_size, cfg.model_kind, prompts, d, vectors.get((m, d))))
                   for s in specs for d in dims] for m, p in models.items()}
     if vectors:
-        keep_models(data_root, list(vectors.values()))
+        prune_vectors(data_root, list(vectors.values()))
     checksums = {s.name: task_checksum(s) for s in specs}
     checksums |= {f"{name}@{d}": c for name, c in list(checksums.items()) for d in cfg.dims or ()}
     metadata = {**{f"model {m}": f"{p} ({fingerprints[m]})" for m, p in models.items()},

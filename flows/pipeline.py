@@ -87,7 +87,8 @@ def _pipeline(cfg: PipelineConfig, data_root: str, run_id: str | None, full: boo
         # A sparse run scores the base as SPLADE too (on its masked-LM head): like for like.
         eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                               prompts=cfg.prompts)  # the base scored with what it is trained with
-        report = eval_flow(models, eval_cfg, str(root / "report"), data_root, keep_vectors=True)
+        report = eval_flow(models, eval_cfg, str(root / "report"), data_root,
+                           keep_vectors=("base", final, "control", "published"))  # what the next run scores again
         if dims := cfg.train.stages[-1].matryoshka_dims:  # the final model cut to each size, against the base's
             cut = eval_flow({m: models[m] for m in ("base", final)}, eval_cfg.model_copy(update={"dims": dims}),
                             str(root / "report" / "dims"), data_root)

@@ -70,7 +70,8 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     tasks = cfg.eval_specs(data_root)
     eval_cfg = EvalConfig(tasks=tasks, model_kind="sparse" if cfg.model_kind == "sparse" else "auto",
                           prompts=cfg.prompts)
-    report = eval_flow(models, eval_cfg, str(root / "report"), data_root, keep_vectors=True)
+    report = eval_flow(models, eval_cfg, str(root / "report"), data_root,
+                       keep_vectors=("base", final, "control", "published"))  # what the next run scores again
     candidate, decision, exports = judge_and_publish(cfg, models, final, report["scores"], data_root, str(flow_run.id))
     held = parts["held"]
     tick = {**plan, "words": tick_words(plan)}
@@ -83,7 +84,8 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
                   "live adapted model": live["adapted"], "live control": live.get("control")},
         control="control" if control else None, tick=tick,
         glossary=taught_terms(cfg, vocab, stages, train, stage1, data_root)), str(root / "report"))
-    live_scores = next((s["per_query"] for s in report["scores"].get("published", []) if s["task"] == "heldout"), None)
+    serving = candidate if decision["published"] else "published"  # the model published after this tick
+    live_scores = next((s["per_query"] for s in report["scores"].get(serving, []) if s["task"] == "heldout"), None)
     record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control else {})},
                 {**tick_summary(parts["started"], stages[0]["pairs"], stages, vocab, decision, candidate,
                                 report["scores"], str(flow_run.id)),

@@ -6,8 +6,9 @@ encodes only the texts it has not encoded before.
 settings (:func:`model_folder`), one file per task and role (mteb's ``query`` and ``document``),
 each row a text's content hash and its float32 vector (the very values a fresh encoding scored).
 A file is written whole and atomically; one that does not read is dropped and its texts encoded
-again. :class:`TaskVectors` is the store as mteb's ``CachedEmbeddingWrapper`` asks for it (its
-cache backend protocol); :func:`keep_models` removes the folders of models a run no longer scores.
+again. :class:`TaskVectors` is the store the evaluation's encoder asks
+(:class:`~mosaic_core.evaluate.scoring.KeptVectors`, in mteb's cache backend protocol);
+:func:`keep_models` removes the folders of models a run no longer scores.
 """
 
 from __future__ import annotations
@@ -64,9 +65,7 @@ class TaskVectors:
     """The vectors of one model, task and role, read whole, added to, written whole (mteb's
     cache backend protocol: ``load``, ``add``, ``get_vector``, ``save``, ``close``)."""
 
-    def __init__(self, directory: Path | None = None, **_: Any) -> None:
-        if directory is None:
-            raise ValueError("TaskVectors needs the folder of its file")
+    def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / FILE
         self.rows: dict[int, np.ndarray] = {}
         self._added = False

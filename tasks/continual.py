@@ -83,16 +83,17 @@ def _row_budget(data_root: str, batch_size: int) -> dict | None:
 
 def full_passes(data_root: str) -> dict[str, float]:
     """Stage name → the passes over its pairs the last full rebuild's stage of that name made
-    (:func:`~mosaic_core.trainer.continual.stage_passes`, from its record in ``models/<i>-<name>``):
-    an update tick's budget, which trains every pair at the full rebuild's rate."""
-    out = {}
-    for folder in sorted(DataLayout(data_root).models_dir.glob("*-*")):
-        record = read_stage_record(folder)
-        result = (record or {}).get("result") or {}
-        if record is None or not result.get("steps") or not result.get("pairs"):
-            continue
-        batch = record["config"]["batch_size"] * record["config"].get("accumulation", 1)
-        out[folder.name.split("-", 1)[1]] = stage_passes(result["steps"], batch, result["pairs"])
+    (:func:`~mosaic_core.trainer.continual.stage_passes`, from the records of its stages: its
+    adapted model's, then each input model's in turn): an update tick's budget, which trains every
+    pair at the full rebuild's rate. Empty without a full rebuild on record."""
+    full = next((t for t in reversed(read_ticks(data_root)) if t["kind"] == FULL), None)
+    out, folder = {}, full and full["models"].get("adapted")
+    while folder and (record := read_stage_record(folder)) is not None:
+        result, config = record.get("result") or {}, record["config"]
+        if result.get("steps") and result.get("pairs"):
+            batch = config["batch_size"] * config.get("accumulation", 1)
+            out.setdefault(config["name"], stage_passes(result["steps"], batch, result["pairs"]))
+        folder = record.get("input_model")
     return out
 
 
@@ -164,12 +165,12 @@ def record_tick(data_root: str, cfg: PipelineConfig, plan: dict, models: dict[st
 
 @task(name="score-drift", cache_policy=NO_CACHE)
 def measure_score_drift(data_root: str, cfg: PipelineConfig, per_query: dict[str, float] | None) -> dict | None:
-    """:func:`~mosaic_core.trainer.continual.score_drift` of the published model, whose NDCG@10 on
+    """:func:`~mosaic_core.trainer.continual.score_drift` of the model published after a tick, whose NDCG@10 on
     the held-out task is ``per_query`` (query ``q<i>``: the root's ``i``-th test pair), between the
     held-out pairs the last full rebuild held out and those added since; None when it cannot be
     measured (no per-query scores, no full rebuild on record, too few new pairs)."""
-    full = next((t for t in reversed(read_ticks(data_root)) if t["kind"] == FULL and "test_pairs" in t), None)
-    if not per_query or full is None:
+    full = next((t for t in reversed(read_ticks(data_root)) if t["kind"] == FULL), None)
+    if not per_query or full is None or "test_pairs" not in full:
         return None
     test = split_hashes(data_root, cfg)[1]
     scores = {int(test[int(q[1:])]): v for q, v in per_query.items() if int(q[1:]) < len(test)}

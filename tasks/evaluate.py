@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 
 from prefect import task
@@ -27,13 +28,17 @@ from storage.benchmarks import read_beir, read_sts
 from storage.history import record_evaluation
 from storage.layout import DataLayout
 from storage.pairs_io import corpus_fingerprint, pair_batches
-from storage.vectors import TaskVectors
+from storage.vectors import TaskVectors, keep_models
 from tasks.heldout import recorded_split
 from tasks.keys import cache_key
 from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 CODE_VERSION = code_version(evaluation)
+ENCODING = f"{CODE_VERSION} " + " ".join(f"{p}={version(p)}" for p in ("mteb", "sentence-transformers", "torch",
+                                                                         "transformers"))
+"""What encodes a text besides the model and its settings: the scoring code and the libraries (an
+embedding cache folder's name digests it)."""
 READERS = task_readers(read_beir=read_beir, read_sts=read_sts, pair_batches=pair_batches,
                        corpus_fingerprint=corpus_fingerprint, recorded_split=recorded_split)
 """What every evaluation task kind reads and builds with: storage's file readers, the evaluation's builders."""
@@ -89,6 +94,15 @@ def write_model_cards(models: dict[str, str], scores: dict[str, list[dict]], bas
         write_card(resolved, card.render(card.facts(str(resolved), domain, mine)))
         written.append(str(resolved / MODEL_CARD))
     return written
+
+
+@task(name="prune-vectors", cache_policy=NO_CACHE)
+def prune_vectors(data_root: str, folders: list[str]) -> list[str]:
+    """The data root's embedding cache keeps the model folders ``folders`` alone (:func:`keep_models`)."""
+    gone = keep_models(data_root, [Path(f) for f in folders])
+    if gone:
+        log.info("embedding cache: %d model folders no run scores any more removed", len(gone))
+    return gone
 
 
 @json_only

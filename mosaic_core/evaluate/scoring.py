@@ -15,6 +15,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 Pair = tuple[str, str]
 
@@ -194,21 +196,62 @@ def truncate(model, dim: int, model_path: str) -> None:
     model.similarity_fn_name = "cosine"  # the prefixes renormalised, whatever the model's own function
 
 
+class KeptVectors:
+    """An mteb encoder that keeps what ``model`` (an mteb encoder) made of each text: per task and
+    role, ``store(folder / task / role)`` (an object with ``load``, ``get_vector``, ``add``,
+    ``save``, mteb's cache backend protocol) holds the vectors; only the items it has none for
+    are encoded, in the batches mteb prepared them in. (mteb's own ``CachedEmbeddingWrapper``
+    prepares the items it encodes a second time, which writes a titled document's title twice.)"""
+
+    def __init__(self, model, folder: Path, store: type):
+        self._model, self._folder, self._store = model, Path(folder), store
+
+    @property
+    def mteb_model_meta(self):
+        return self._model.mteb_model_meta
+
+    def encode(self, inputs, *, task_metadata, hf_split: str, hf_subset: str, prompt_type=None, **kwargs):
+        from torch.utils.data import DataLoader
+
+        items = inputs.dataset
+        store = self._store(self._folder / task_metadata.name / (prompt_type.value if prompt_type else "all"))
+        store.load()
+        found = [store.get_vector(item) for item in items]
+        missing = [i for i, v in enumerate(found) if v is None]
+        if missing:
+            subset = items.select(missing)
+            loader = DataLoader(subset, batch_size=inputs.batch_size, collate_fn=inputs.collate_fn, shuffle=False)
+            new = self._model.encode(loader, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
+                                     prompt_type=prompt_type, **kwargs)
+            new = np.asarray(new.float().cpu() if hasattr(new, "cpu") else new, dtype=np.float32)
+            store.add(list(subset), new)
+            store.save()
+            for i, vector in zip(missing, new, strict=True):
+                found[i] = vector
+        return np.stack(found) if found else np.zeros((0, 0), np.float32)
+
+    def similarity(self, embeddings1, embeddings2):
+        return self._model.similarity(embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1, embeddings2):
+        return self._model.similarity_pairwise(embeddings1, embeddings2)
+
+
 def score_task(model_path: str, task, work_dir: Path, batch_size: int = 64, kind: str = "auto",
                prompts: dict | None = None, dim: int | None = None, vectors: tuple[Path, type] | None = None,
                ) -> TaskScore:
     """Run ``task`` with the model at ``model_path`` (:func:`load_scored_model`) through
-    ``mteb.evaluate``. ``vectors``: (a folder, a cache backend class): a dense model's embeddings
-    kept there per task, role and text, so that only texts it has not encoded are encoded
-    (mteb's ``CachedEmbeddingWrapper``)."""
+    ``mteb.evaluate``. ``vectors``: (a folder, a store class): a dense model's embeddings kept
+    there per task, role and text, so that only texts it has not encoded are encoded
+    (:class:`KeptVectors`)."""
     import mteb
     from sentence_transformers import SentenceTransformer
 
     model = load_scored_model(model_path, kind, prompts, dim)
     if vectors is not None and isinstance(model, SentenceTransformer):
-        from mteb.models import CachedEmbeddingWrapper, SentenceTransformerEncoderWrapper
+        from mteb.models import SentenceTransformerEncoderWrapper
 
-        model = CachedEmbeddingWrapper(SentenceTransformerEncoderWrapper(model), vectors[0], cache_backend=vectors[1])
+        model = KeptVectors(SentenceTransformerEncoderWrapper(model), *vectors)
     work_dir.mkdir(parents=True, exist_ok=True)
     task.load_data()
     first_split = task.metadata.eval_splits[0]

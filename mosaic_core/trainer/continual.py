@@ -60,6 +60,11 @@ def tick_kind(previous: dict | None, model_hash: str, new: int, trainable: int, 
         return TickKind(FULL, "the configuration (or the base model) changed since the live models were built")
     if not previous.get("models_present", True):
         return TickKind(FULL, "the live models are gone from the data root")
+    if (drift := previous.get("score_drift")) and drift["low"] > 0 and drift["drop"] > cfg.score_drift:
+        return TickKind(FULL, f"tick {previous['tick']}'s published model scored the {drift['new']} held-out pairs "
+                              f"added since the last full rebuild {100 * drift['drop']:.1f} NDCG@10 points below the "
+                              f"earlier ones (95 % interval {100 * drift['low']:+.1f} to {100 * drift['high']:+.1f}; "
+                              f"update.score_drift: {100 * cfg.score_drift:.1f})")
     if new == 0:
         if previous["kind"] != FULL:
             return TickKind(NONE, f"no new pairs since tick {previous['tick']}: the live models stand")
@@ -72,11 +77,6 @@ def tick_kind(previous: dict | None, model_hash: str, new: int, trainable: int, 
                               f"update.max_new_share ({cfg.max_new_share:.0%}): a new baseline")
     if updates_in_a_row >= cfg.full_every:
         return TickKind(FULL, f"{updates_in_a_row} update ticks in a row (update.full_every: {cfg.full_every})")
-    if (drift := previous.get("score_drift")) and drift["low"] > 0 and drift["drop"] > cfg.score_drift:
-        return TickKind(FULL, f"tick {previous['tick']}'s published model scored the {drift['new']} held-out pairs "
-                              f"added since the last full rebuild {100 * drift['drop']:.1f} NDCG@10 points below the "
-                              f"earlier ones (95 % interval {100 * drift['low']:+.1f} to {100 * drift['high']:+.1f}; "
-                              f"update.score_drift: {100 * cfg.score_drift:.1f})")
     if split_drift is not None and split_drift > cfg.split_drift:
         return TickKind(FULL, f"the new pairs' words split into three or more pieces {split_drift:+.1%} more often "
                               f"than the earlier pairs' (update.split_drift: {cfg.split_drift:.1%})")
@@ -134,7 +134,9 @@ def score_drift(scores: dict[int, float], earlier: np.ndarray, seed: int = 0, dr
     if len(new) < MIN_DRIFT_PAIRS or not len(old):
         return None
     rng = np.random.default_rng(seed)
-    drops = (rng.choice(old, (draws, len(old))).mean(1) - rng.choice(new, (draws, len(new))).mean(1))
+    chunk = max(1, 2**22 // max(len(old), len(new)))  # a few million draws in memory at a time
+    drops = np.concatenate([rng.choice(old, (n, len(old))).mean(1) - rng.choice(new, (n, len(new))).mean(1)
+                            for n in [chunk] * (draws // chunk) + ([draws % chunk] if draws % chunk else [])])
     low, high = np.quantile(drops, [0.025, 0.975])
     return {"drop": float(old.mean() - new.mean()), "low": float(low), "high": float(high), "new": int(len(new)),
             "earlier": int(len(old))}

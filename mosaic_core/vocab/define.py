@@ -163,7 +163,8 @@ def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, d
     the loss ``1 − cos``
     between the expanded model's pooled embedding of each sentence and the base model's of the
     sentence with the definitions; returns its record (steps, windows, ``row_updates``: the
-    batches that held a row, on average over the rows, the mean loss of the first and the last pass)."""
+    batches that held a row, on average over the rows some window holds, as
+    :func:`steps_for_updates` counts them, the mean loss of the first and the last pass)."""
     if not defined or not steps:
         return {"tokens": 0, "windows": 0, "steps": 0}
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -189,7 +190,7 @@ def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, d
     encoder.to("cpu")
     first, last = losses[:per_epoch], losses[-per_epoch:]
     record = {"tokens": len(defined), "windows": len(windows), "steps": steps, "batch_size": cfg.batch_size,
-              "row_updates": updates / len(defined), "loss_first_pass": float(np.mean(first)),
+              "row_updates": updates / max(1, len(set().union(*rows))), "loss_first_pass": float(np.mean(first)),
               "loss_last_pass": float(np.mean(last))}
     log.info("stage 1: %d glossary rows learnt from their definitions on %d windows in %d steps (loss %.4f -> %.4f)",
              len(defined), len(windows), steps, record["loss_first_pass"], record["loss_last_pass"])

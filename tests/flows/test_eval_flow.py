@@ -83,12 +83,12 @@ def test_a_pipeline_s_evaluation_encodes_only_the_texts_its_models_have_not_enco
     pairs, root = tmp_path / "pairs.jsonl", str(tmp_path / "root")
     pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
     cfg = EvalConfig(tasks=(HeldoutTask(name="heldout", path=str(pairs), heldout_pairs=8, pool=20),))
-    first = eval_flow(models, cfg, str(tmp_path / "r1"), root, keep_vectors=True)
+    first = eval_flow(models, cfg, str(tmp_path / "r1"), root, keep_vectors=("a", "b"))
     assert sum(encoded) == 2 * (8 + 28)  # each model: 8 queries, 28 documents
     more = [{"query": f"q cells {i}", "document": f"a cell {i} and the patient with q"} for i in range(40, 52)]
     pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS + more))  # the held-out task changes
     encoded.clear()
-    cached = eval_flow(models, cfg, str(tmp_path / "r2"), root, keep_vectors=True)
+    cached = eval_flow(models, cfg, str(tmp_path / "r2"), root, keep_vectors=("a", "b"))
     assert 0 < sum(encoded) < 2 * (8 + 28)  # the new held-out pairs and distractors alone
     encoded.clear()
     fresh = eval_flow(models, cfg.model_copy(update={"batch_size": 16}), str(tmp_path / "r3"))  # every text again
@@ -97,5 +97,18 @@ def test_a_pipeline_s_evaluation_encodes_only_the_texts_its_models_have_not_enco
     for m in models:
         assert cached["scores"][m][0]["per_query"] == pytest.approx(fresh["scores"][m][0]["per_query"], abs=1e-6)
     assert len([p for p in vectors_dir(root).iterdir()]) == 2
-    eval_flow({"a": models["a"]}, cfg, str(tmp_path / "r4"), root, keep_vectors=True)
-    assert len([p for p in vectors_dir(root).iterdir()]) == 1  # the cache keeps the models a run scores
+    eval_flow(models, cfg, str(tmp_path / "r4"), root, keep_vectors=("a",))
+    assert len([p for p in vectors_dir(root).iterdir()]) == 1  # the cache keeps the models a run keeps
+
+
+def test_kept_vectors_score_titled_documents_as_a_fresh_encoding_does(models, tmp_path):
+    from storage.benchmarks import write_beir
+
+    corpus = [{"id": f"d{i}", "title": f"cells {i % 4}", "text": f"the patient {i} was q with a cell"} for i in range(12)]
+    queries = {f"q{i}": f"cells {i % 4} patient {i}" for i in range(6)}
+    write_beir(tmp_path / "beir", corpus, queries, {f"q{i}": {f"d{i}": 1} for i in range(6)})
+    cfg = EvalConfig(tasks=(BeirTask(name="titled", path=str(tmp_path / "beir")),))
+    kept = eval_flow(models, cfg, str(tmp_path / "r1"), str(tmp_path / "root"), keep_vectors=("a", "b"))
+    fresh = eval_flow(models, cfg.model_copy(update={"batch_size": 16}), str(tmp_path / "r2"))
+    for m in models:  # each title read once, as mteb reads it: not twice
+        assert kept["scores"][m][0]["per_query"] == pytest.approx(fresh["scores"][m][0]["per_query"], abs=1e-6)

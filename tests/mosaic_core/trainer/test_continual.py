@@ -33,6 +33,8 @@ LIVE = {"tick": 3, "kind": UPDATE, "model_hash": "h"}
     (LIVE, ("h", 5, 100, 1), {"split_drift": 0.01}, UPDATE, "5 new pairs (5.0% of the training pairs)"),
     ({**LIVE, "score_drift": {"drop": 0.2, "low": 0.1, "high": 0.3, "new": 12}}, ("h", 5, 100, 1), {}, FULL,
      "scored the 12 held-out pairs added since the last full rebuild 20.0 NDCG@10 points below"),
+    ({**LIVE, "score_drift": {"drop": 0.2, "low": 0.1, "high": 0.3, "new": 12}}, ("h", 0, 100, 1), {}, FULL,
+     "20.0 NDCG@10 points below"),  # nothing new: the live models are rebuilt all the same
     ({**LIVE, "score_drift": {"drop": 0.2, "low": -0.05, "high": 0.4, "new": 12}}, ("h", 5, 100, 1), {}, UPDATE,
      "new pairs"),  # within noise
     ({**LIVE, "score_drift": {"drop": 0.03, "low": 0.01, "high": 0.05, "new": 400}}, ("h", 5, 100, 1), {}, UPDATE,
