@@ -104,7 +104,8 @@ def test_a_pipeline_s_evaluation_encodes_only_the_texts_its_models_have_not_enco
 def test_kept_vectors_score_titled_documents_as_a_fresh_encoding_does(models, tmp_path):
     from storage.benchmarks import write_beir
 
-    corpus = [{"id": f"d{i}", "title": f"cells {i % 4}", "text": f"the patient {i} was q with a cell"} for i in range(12)]
+    corpus = [{"id": f"d{i}", "title": f"cells {i % 4}", "text": f"the patient {i} was q with a cell"}
+              for i in range(12)]
     queries = {f"q{i}": f"cells {i % 4} patient {i}" for i in range(6)}
     write_beir(tmp_path / "beir", corpus, queries, {f"q{i}": {f"d{i}": 1} for i in range(6)})
     cfg = EvalConfig(tasks=(BeirTask(name="titled", path=str(tmp_path / "beir")),))
