@@ -107,6 +107,9 @@ class DistillResult:
     stop_reason: str
     seconds: float
     evals: list[dict] = field(default_factory=list)
+    evaluated_on: str = "held-out"
+    """Whose loss picked the rows: ``held-out`` windows, or ``training`` windows where no held-out
+    text holds a new token (a small corpus)."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,9 +235,9 @@ def _windows(train_texts: Sequence[str], heldout_texts: Sequence[str], base_tok,
     else:
         train = first_windows(train_texts, base_tok, new_tok, cfg.max_length, first, cfg.max_texts)
     heldout = first_windows(heldout_texts, base_tok, new_tok, cfg.max_length, first, cfg.heldout_texts)
-    if not train or not heldout:
-        raise ValueError(f"distillation needs texts that hold new tokens: {len(train)} training and {len(heldout)} "
-                         "held-out windows; use init='mean' for so small a corpus")
+    if not train:
+        raise ValueError("distillation needs texts that hold new tokens: no training text holds one; use "
+                         "init='mean' for so small a corpus")
     return train, heldout
 
 
@@ -249,6 +252,11 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
     t0 = time.perf_counter()
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train, heldout = _windows(train_texts, heldout_texts, base_tok, new_tok, min(new_ids), cfg)
+    evaluated_on = "held-out"
+    if not heldout:  # a small corpus (an update tick's few pairs): no held-out text holds a new token
+        heldout, evaluated_on = train[: cfg.heldout_texts], "training"
+        log.warning("distillation: none of the %d held-out texts holds a new token; the loss that picks the rows is "
+                    "measured on %d training windows instead", len(heldout_texts), len(heldout))
     pad = base_tok.pad_token_id if base_tok.pad_token_id is not None else 0
     held_batches = [collate(heldout[i: i + cfg.batch_size], pad) for i in range(0, len(heldout), cfg.batch_size)]
     distiller = RowDistiller(encoder.to(device), pooling, new_ids, pad, cfg, device)
@@ -299,7 +307,7 @@ def distill_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, 
     log.info("distillation: held-out loss %.5f -> %.5f (best at step %d; stopped: %s)", state.before,
              state.best_loss, state.best_step, stop_reason)
     return DistillResult(state.step, state.best_step, len(train), len(heldout), state.before, state.best_loss,
-                         stop_reason, time.perf_counter() - t0, state.evals)
+                         stop_reason, time.perf_counter() - t0, state.evals, evaluated_on)
 
 
 @torch.no_grad()

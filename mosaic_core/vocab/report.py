@@ -108,7 +108,9 @@ class VocabReport:
                   "them hold a new token (the others embed exactly as before)."]
         if self.distill:
             d = self.distill
-            lines.append(f"Distillation: {d['steps']} steps on {d['windows']:,} windows; held-out loss "
+            on = ("held-out" if d.get("evaluated_on", "held-out") == "held-out"
+                  else "no held-out text holds a new token: training-window")
+            lines.append(f"Distillation: {d['steps']} steps on {d['windows']:,} windows; {on} loss "
                          f"{d['heldout_loss_before']:.5f} → {d['heldout_loss_after']:.5f} (best at step "
                          f"{d['best_step']}; stopped: {d['stop_reason']}).")
         return [*lines, "", *self._pruned_lines(), *self._token_drift_lines()]

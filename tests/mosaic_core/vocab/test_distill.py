@@ -104,6 +104,37 @@ def test_interrupted_distillation_resumes_to_the_same_rows(tmp_path, monkeypatch
     torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_the_optimizer_holds_the_trained_rows_alone_and_an_unmarked_checkpoint_is_not_resumed(tmp_path):
+    encoder = AutoModel.from_pretrained(tiny_bert(tmp_path / "base"))
+    before = encoder.get_input_embeddings().weight.detach().clone()
+    distiller = distill_module.RowDistiller(encoder, "mean", [40, 41], 0, DistillConfig(precision="fp32"),
+                                            torch.device("cpu"))
+    ids = torch.tensor([[2, 40, 41, 3]])
+    batch = {"base_ids": ids, "base_mask": torch.ones_like(ids), "new_ids": ids, "new_mask": torch.ones_like(ids),
+             "assign": torch.eye(4)[None]}
+    distiller.step(batch, 0, 1)
+    after = encoder.get_input_embeddings().weight.detach()
+    others = [i for i in range(len(before)) if i not in (40, 41)]
+    assert torch.equal(after[others], before[others]) and not torch.equal(after[[40, 41]], before[[40, 41]])
+    assert distiller.optimizer.state_dict()["state"][0]["exp_avg"].shape == (2, before.shape[1])
+    state = distill_module.DistillState(1.0, 1.0, distiller.snapshot())
+    state.save(tmp_path / "state.pt", distiller, "fp")
+    assert distill_module.DistillState.load(tmp_path / "state.pt", distiller, "fp") is not None
+    saved = torch.load(tmp_path / "state.pt", weights_only=True)
+    torch.save({k: v for k, v in saved.items() if k != "format"}, tmp_path / "state.pt")  # the layout before 2
+    assert distill_module.DistillState.load(tmp_path / "state.pt", distiller, "fp") is None
+
+
+def test_no_held_out_text_with_a_new_token_picks_the_rows_on_training_windows(tmp_path, monkeypatch):
+    base = tiny_bert(tmp_path / "base")
+    monkeypatch.setattr(distill_module, "first_windows", lambda *a: [])  # held-out windows; training: sentences
+    report = expand(base, tmp_path / "out", max_steps=10, eval_every=5, contexts="sentences")
+    d = report.distill
+    assert d["evaluated_on"] == "training" and d["heldout_windows"] > 0 and d["steps"] == 10
+    assert d["heldout_loss_after"] < d["heldout_loss_before"]
+    assert "no held-out text holds a new token" in report.to_markdown()
+
+
 @pytest.mark.parametrize("family", ["roberta", "xlmr"])
 def test_bpe_and_unigram_bases_distill_and_prune_too(tmp_path, family):
     base = tiny_encoder(tmp_path / "base", family)
