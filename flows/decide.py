@@ -12,6 +12,7 @@ from tasks.evaluate import write_model_cards
 from tasks.export import export_published
 from tasks.glossary import describe_terms
 from tasks.publish import decide_and_publish, pick_recipe
+from tasks.results import recorded_beside
 
 
 def choose_candidate(cfg: PipelineConfig, models: dict[str, str], final: str,
@@ -40,7 +41,8 @@ def taught_terms(cfg: PipelineConfig, vocab: dict, stages: list[dict], train: Tr
     names = [s["stage"] for s in stages]
     at = names.index(train.dictionary.name) if train.dictionary is not None and train.dictionary.name in names else 0
     before = stages[at - 1]["out_dir"] if at > 0 else stage1
-    return describe_terms(added, before, stages[-1]["out_dir"], data_root, cfg.vocab.text_columns, cfg.base_model)
+    return recorded_beside(describe_terms, data_root)(added, before, stages[-1]["out_dir"], data_root,
+                                                     cfg.vocab.text_columns, cfg.base_model)
 
 
 def published_words(decision: dict, candidate: str) -> str:

@@ -4,19 +4,27 @@ taught its terms, for the run report."""
 
 from __future__ import annotations
 
+import json
 import logging
 from itertools import islice
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
 
 from mosaic_core.config import GlossaryConfig, VocabConfig
+from mosaic_core.evaluate import diagnose
 from mosaic_core.evaluate.diagnose import diagnose_terms, terms_sentences
+from mosaic_core.modeling.fingerprint import model_fingerprint
+from mosaic_core.modeling.refs import resolve_model
+from mosaic_core.versioning import code_version
 from mosaic_core.vocab.sample import bottom_k
 from storage.glossary import written_glossary
 from storage.pairs_io import corpus_fingerprint, iter_corpus_texts
 from tasks.glossary_file import glossary_identity, write_glossary
 from tasks.ingest import is_transient
+from tasks.keys import cache_key
+from tasks.results import SERIALIZER, json_only
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,15 @@ SENTENCE_TEXTS = 20_000
 """Corpus texts searched for sentences that use the terms shown (the first ones: bounded, whatever the corpus)."""
 
 
-@task(name="glossary-terms", cache_policy=NO_CACHE)
+@json_only
+def _terms_cache_key(context: TaskRunContext, p: dict) -> str:
+    return cache_key("terms", json.dumps(p["added"], sort_keys=True), model_fingerprint(resolve_model(p["before"])),
+                     model_fingerprint(resolve_model(p["after"])), corpus_fingerprint(p["corpus"]),
+                     ",".join(p["columns"]), model_fingerprint(resolve_model(p["base_model"])), code_version(diagnose))
+
+
+@task(name="glossary-terms", cache_key_fn=_terms_cache_key, persist_result=True, result_serializer=SERIALIZER,
+      retries=0)
 def describe_terms(added: list[dict], before: str, after: str, corpus: str, columns: tuple[str, ...],
                    base_model: str) -> list[dict]:
     """What the run taught the glossary terms stage 1 added (``added``: the vocab report's, most
@@ -51,7 +67,8 @@ def describe_terms(added: list[dict], before: str, after: str, corpus: str, colu
     MLM rank the model gives each where it occurs in the corpus (median over up to three
     sentences, 1 = its top prediction) before the glossary's stages (``before``: the model that
     entered the dictionary stage) and after them (``after``: the adapted model), and its nearest
-    neighbours in the adapted model's embedding matrix."""
+    neighbours in the adapted model's embedding matrix. Cached by the models' and the corpus's
+    fingerprints: a rerun that trains nothing does not load the models again."""
     shown = [a["term"] for a in sorted(added, key=lambda a: (-a["uses"], a["term"]))[:SHOWN]]
     if not shown:
         return []

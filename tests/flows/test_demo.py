@@ -46,7 +46,7 @@ def pickles(root: Path) -> list[str]:
 
 
 @pytest.mark.timeout(3600)  # a hang guard: alone well under 30 min on 2 cores; past it with two other jobs on them
-def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_path):
+def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_path, monkeypatch):
     root = tmp_path / "demo"
     cfg = demo_config(str(root), seed=0)
     result = mosaic_pipeline(cfg, str(root))
@@ -73,7 +73,13 @@ def test_the_demo_teaches_the_invented_words_and_a_rerun_comes_from_cache(tmp_pa
 
     weights = {p: p.stat().st_mtime_ns for p in (root / "models").glob("*/model.safetensors")}
     assert len(weights) >= 3  # stage 1, the warm-up and joint stages, the control (and the published copy)
+
+    def diagnosed_again(*args, **kwargs):
+        raise AssertionError("the rerun loaded the models to describe the glossary terms again")
+
+    monkeypatch.setattr("tasks.glossary.diagnose_terms", diagnosed_again)  # the report's terms from cache too
     again = mosaic_pipeline(cfg, str(root))
     assert {p: p.stat().st_mtime_ns for p in weights} == weights  # every model from cache, none retrained
     assert {m: again["scores"][m] for m in scores} == scores  # the rerun also scores the published model
     assert again["decision"]["published_path"] == result["decision"]["published_path"]  # not copied again
+    assert (root / "report" / "report.md").read_text().split("## Glossary terms")[1].split("\n## ")[0] == terms
