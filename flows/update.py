@@ -1,7 +1,6 @@
 """``update_tick``: a run that finds new pairs beside the live models trains only on them
 (:mod:`mosaic_core.trainer.continual`): stage 1 from the live adapted model on the tick's pairs (new
-tokens appended, every existing id and row kept), with a glossary the dictionary stage on the
-definitions of the terms it added (and a replay of the others), the retrieval stages from it, the control
+tokens appended, every existing id and row kept), the retrieval stages from it, the control
 continued from the live control on the same pairs and steps, then the evaluation, the recipe
 choice and the publish gate as on a full rebuild (the published model is a reference)."""
 
@@ -18,9 +17,9 @@ from flows.evaluate import eval_flow
 from flows.train import train_flow
 from flows.vocab import vocab_flow
 from mosaic_core.config import EvalConfig, PipelineConfig
-from mosaic_core.trainer.continual import NONE, tick_dictionary, tick_training
+from mosaic_core.trainer.continual import NONE, tick_training
 from storage.layout import DataLayout
-from tasks.continual import measure_score_drift, record_tick, tick_dictionary_texts, tick_summary, tick_words
+from tasks.continual import measure_score_drift, record_tick, tick_summary, tick_words
 from tasks.publish import published_model
 from tasks.report import funnel, run_report, story
 from tasks.tracking import log_outcome
@@ -60,16 +59,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     full_train = (cfg.training(glossary["dictionary_path"], glossary["dictionary_texts"], glossary["pairs_path"])
                   if glossary else cfg.train)
     train = tick_training(full_train, pairs, plan["passes"])
-    terms = {a["term"] for a in (vocab.get("glossary") or {}).get("added") or []}
-    if terms and full_train.dictionary is not None:  # the new terms' definitions, as a full rebuild teaches them
-        path = str(out / "dictionary.jsonl")
-        texts = tick_dictionary_texts(glossary["dictionary_path"], terms, path, cfg.update.replay, cfg.update.seed,
-                                      plan["tick"])
-        passes = plan["passes"].get(full_train.dictionary.name) if isinstance(plan["passes"], dict) else None
-        stage = tick_dictionary(full_train.dictionary, passes, glossary["dictionary_texts"], texts["texts"], path)
-        train = train.model_copy(update={"dictionary": stage})
     stages = train_flow(stage1, plan["pairs_path"], train, str(out), tracking=cfg.tracking, parent_run=run_id)
-    on_pairs = [s for s in stages if train.dictionary is None or s["stage"] != train.dictionary.name]
     control = (train_flow(live["control"], plan["pairs_path"], train.control(), str(out / "control"),
                           tracking=cfg.tracking, parent_run=run_id)[-1]["out_dir"]
                if cfg.trains_control and live.get("control") else None)
@@ -85,7 +75,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     candidate, decision, exports = judge_and_publish(cfg, models, final, report["scores"], data_root, str(flow_run.id))
     held = parts["held"]
     tick = {**plan, "words": tick_words(plan)}
-    story_funnel = funnel(parts["ingested"], parts["filtered"], on_pairs[0], held["validation"], held["pairs"],
+    story_funnel = funnel(parts["ingested"], parts["filtered"], stages[0], held["validation"], held["pairs"],
                           cfg.source.funnel_words)
     report_paths = run_report(story(
         final, report["scores"], decision=decision, vocab=vocab, stages=stages, funnel=story_funnel, heldout=held,
@@ -97,7 +87,7 @@ def update_tick(cfg: PipelineConfig, data_root: str, plan: dict, parts: dict, ru
     serving = candidate if decision["published"] else "published"  # the model published after this tick
     live_scores = next((s["per_query"] for s in report["scores"].get(serving, []) if s["task"] == "heldout"), None)
     record_tick(data_root, cfg, plan, {"adapted": stages[-1]["out_dir"], **({"control": control} if control else {})},
-                {**tick_summary(parts["started"], on_pairs[0]["pairs"], stages, vocab, decision, candidate,
+                {**tick_summary(parts["started"], stages[0]["pairs"], stages, vocab, decision, candidate,
                                 report["scores"], str(flow_run.id)),
                  "score_drift": measure_score_drift(data_root, cfg, live_scores)})
     kept = sum(m.kept for m in parts["filtered"])

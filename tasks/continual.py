@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import numpy as np
 from prefect import task
@@ -27,7 +26,6 @@ from mosaic_core.trainer.continual import (
 from mosaic_core.trainer.heldout import content_hashes, pair_hashes, split_by_hash
 from storage.examples import examples_file, map_examples
 from storage.layout import DataLayout
-from storage.glossary import read_jsonl
 from storage.pairs_io import pair_batches, write_jsonl
 from storage.ticks import append_tick, last_tick, read_ticks, trained_pairs
 from tasks.heldout import recorded_split
@@ -191,20 +189,6 @@ def tick_summary(started: float, pairs: int, stages: list[dict], vocab: dict, de
             "tokens_added": vocab["tokens_added"], "steps": sum(s["steps"] for s in stages),
             "published": decision["published"], "candidate": candidate, "run_id": run_id,
             "scores": {m: by_model[m] for m in (candidate, "base", "published") if m in by_model}}
-
-
-def tick_dictionary_texts(dictionary_path: str, terms: set[str], out: str, ratio: float, seed: int,
-                          tick: int) -> dict:
-    """Write to ``out`` (atomically) the update tick's dictionary texts: the rows of the glossary's
-    (``{query: term, document: text}``) whose term is one of ``terms`` (those its stage 1 added),
-    and a replay of the others, ``ratio`` per new text (:func:`replay_sample`, seeded with
-    ``seed`` and ``tick``): the stage trains the MLM head and every domain row, and on the new
-    terms alone it would unlearn the earlier ones. Returns ``texts``, ``new``, ``replay``."""
-    rows = list(read_jsonl(dictionary_path))
-    new = [r for r in rows if r["query"] in terms]
-    rest = [r for r in rows if r["query"] not in terms]
-    replay = [rest[i] for i in replay_sample(np.arange(len(rest)), len(new), ratio, seed, tick)]
-    return {"texts": write_jsonl(Path(out), new + replay), "new": len(new), "replay": len(replay)}
 
 
 def tick_words(plan: dict) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mosaic_core.config import StageConfig, TrainConfig, UpdateConfig
+from mosaic_core.config import TrainConfig, UpdateConfig
 from mosaic_core.vocab.selection import Segmenter, word_counts
 from mosaic_core.vocab.tokenizers import tokenizer_state
 
@@ -151,8 +151,7 @@ def stage_passes(steps: int, batch: int, pairs: int) -> float | None:
 def tick_training(train: TrainConfig, pairs: int, epochs: float | dict[str, float]) -> TrainConfig:
     """``train`` as an update tick trains it on ``pairs`` pairs: its retrieval stages (the MLM
     warm-ups and the dictionary stage were for a fresh head and fresh rows, which the live model
-    has; :func:`tick_dictionary` brings the dictionary stage back for the terms a tick adds), each
-    ``ceil(epochs × pairs / batch_size)`` steps at most its own ``max_steps``
+    has), each ``ceil(epochs × pairs / batch_size)`` steps at most its own ``max_steps``
     (``epochs``: the same for every stage, or per stage name, 1.0 for a stage it does not name);
     nothing held out of the tick's pairs (the data root's test and validation pairs never enter
     them) and no validation inside a stage, no merge step, no warm-up added; a stage on pairs of
@@ -172,20 +171,3 @@ def tick_training(train: TrainConfig, pairs: int, epochs: float | dict[str, floa
     return train.model_copy(update={"stages": stages, "heldout_pairs": 0, "validation_pairs": 0, "merge_weights": (),
                                     "dictionary": None, "mlm_warmup": "off", "query_column": "query",
                                     "document_column": "document"})
-
-
-def tick_dictionary(full: StageConfig | None, passes: float | None, full_texts: int, texts: int,
-                    path: str) -> StageConfig | None:
-    """The dictionary stage of an update tick on the ``texts`` dictionary texts at ``path`` (those of
-    the glossary terms its stage 1 added), from the full rebuild's stage ``full`` over the glossary's
-    ``full_texts`` texts: each text read ``passes`` times (the last full rebuild's, from its record;
-    None: its config's, ``max_steps × batch_size / full_texts``), in batches shrunk to the tick's
-    share of the texts (at least one), so that a term's rows get about as many updates as a full
-    rebuild gave them, not a handful (:class:`~mosaic_core.vocab.define.RowBudget` does the same for
-    stage 1's rows). None: no dictionary stage, or no text."""
-    if full is None or not texts or not full_texts:
-        return None
-    passes = passes if passes is not None else full.max_steps * full.batch_size / full_texts
-    batch = max(1, min(full.batch_size, math.ceil(full.batch_size * texts / full_texts)))
-    return full.model_copy(update={"pairs": path, "batch_size": batch,
-                                   "max_steps": max(1, math.ceil(passes * texts / batch))})

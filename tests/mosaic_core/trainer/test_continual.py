@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
-from mosaic_core.config import StageConfig, TrainConfig, UpdateConfig
+from mosaic_core.config import TrainConfig, UpdateConfig
 from mosaic_core.trainer.continual import (
-    tick_dictionary,
     FULL,
     NONE,
     UPDATE,
@@ -86,18 +85,6 @@ def test_an_update_tick_trains_the_retrieval_stages_for_the_pairs_it_holds():
     assert [s.max_steps for s in per_stage.stages] == [2, 4]  # ceil(0.5 × 100 / 32); a stage not named: one pass
     with pytest.raises(ValueError, match="retrieval stages"):
         tick_training(TrainConfig.preset("warmup").model_copy(update={"stages": train.stages[:1]}), 10, 1.0)
-
-
-def test_a_tick_dictionary_stage_reads_its_texts_as_often_as_the_full_rebuild_in_its_share_of_the_batch():
-    full = StageConfig(name="dictionary", kind="mlm", pairs="all.jsonl", batch_size=16, max_steps=60)
-    # The full rebuild: 60 steps of 16 over 96 texts, 10 passes. A tick adding one term (5 texts):
-    stage = tick_dictionary(full, None, 96, 5, "tick.jsonl")
-    assert (stage.pairs, stage.batch_size, stage.max_steps) == ("tick.jsonl", 1, 50)  # ceil(16 × 5 / 96); 10 × 5
-    assert (stage.name, stage.kind, stage.lr) == (full.name, full.kind, full.lr)
-    assert tick_dictionary(full, 2.5, 96, 5, "tick.jsonl").max_steps == 13  # the full rebuild's recorded passes
-    many = tick_dictionary(full, None, 96, 40, "tick.jsonl")
-    assert (many.batch_size, many.max_steps) == (7, 58)  # ceil(16 × 40 / 96); ceil(10 × 40 / 7)
-    assert tick_dictionary(None, None, 96, 5, "t") is None and tick_dictionary(full, None, 96, 0, "t") is None
 
 
 def test_score_drift_compares_the_held_out_pairs_added_since_the_full_rebuild_with_the_earlier_ones():
