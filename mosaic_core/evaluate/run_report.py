@@ -189,8 +189,8 @@ def _glossary_stage1(g: dict | None) -> list[str]:
     rejected = Counter(r["reason"] for r in g["rejected"])
     defined = g.get("defined") or {}
     rows = (f" Their rows were learnt from their definitions: {defined['steps']} steps on {defined['windows']:,} "
-            f"sentences read beside the definitions (loss {defined['loss_first_pass']:.4f} → "
-            f"{defined['loss_last_pass']:.4f})." if defined.get("steps") else "")
+            f"sentences read beside the definitions (loss {defined['loss_start']:.4f} → {defined['loss_end']:.4f}, "
+            f"the mean of the first and the last {defined['loss_span']} steps)." if defined.get("steps") else "")
     return [f"Glossary: {g['candidates']:,} one-word terms the base tokenizer splits; **{len(g['added']):,} added**"
             + (f", rejected: {', '.join(f'{n} {r}' for r, n in rejected.most_common())}" if rejected else "")
             + f".{rows}", ""]

@@ -164,7 +164,8 @@ def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, d
     between the expanded model's pooled embedding of each sentence and the base model's of the
     sentence with the definitions; returns its record (steps, windows, ``row_updates``: the
     batches that held a row, on average over the rows some window holds, as
-    :func:`steps_for_updates` counts them, the mean loss of the first and the last pass)."""
+    :func:`steps_for_updates` counts them, ``loss_start`` and ``loss_end``: the mean loss of the
+    first and the last ``loss_span`` steps, a pass or, with fewer than two, half the steps)."""
     if not defined or not steps:
         return {"tokens": 0, "windows": 0, "steps": 0}
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -188,10 +189,11 @@ def define_rows(encoder: torch.nn.Module, pooling: Pooling, base_tok, new_tok, d
                      np.mean(losses[-cfg.eval_every:]), cfg.eval_every)
     distiller.close()
     encoder.to("cpu")
-    first, last = losses[:per_epoch], losses[-per_epoch:]
+    span = min(per_epoch, max(1, steps // 2))  # a pass, or half the steps when there are fewer than two passes
     record = {"tokens": len(defined), "windows": len(windows), "steps": steps, "batch_size": cfg.batch_size,
-              "row_updates": updates / max(1, len(set().union(*rows))), "loss_first_pass": float(np.mean(first)),
-              "loss_last_pass": float(np.mean(last))}
-    log.info("stage 1: %d glossary rows learnt from their definitions on %d windows in %d steps (loss %.4f -> %.4f)",
-             len(defined), len(windows), steps, record["loss_first_pass"], record["loss_last_pass"])
+              "row_updates": updates / max(1, len(set().union(*rows))), "loss_span": span,
+              "loss_start": float(np.mean(losses[:span])), "loss_end": float(np.mean(losses[-span:]))}
+    log.info("stage 1: %d glossary rows learnt from their definitions on %d windows in %d steps (loss %.4f -> %.4f, "
+             "the mean of the first and the last %d steps)", len(defined), len(windows), steps, record["loss_start"],
+             record["loss_end"], span)
     return record

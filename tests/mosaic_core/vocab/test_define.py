@@ -103,6 +103,10 @@ def test_learnt_rows_bring_the_term_to_its_definition_and_leave_the_others(tmp_p
     assert not torch.equal(mean[token], defined[token])
     others = [i for i in range(mean.shape[0]) if i != token]
     assert torch.equal(mean[others], defined[others])  # only the glossary rows move
+    record = json.loads((tmp_path / "defined" / "vocab_report.json").read_text())["glossary"]["defined"]
+    # The loss it reports: the first and the last pass, or half the steps each when there are fewer than two passes.
+    assert record["loss_span"] == min(math.ceil(record["windows"] / record["batch_size"]), 40 // 2)
+    assert record["loss_end"] < record["loss_start"]
 
     def cos(model_dir, student, teacher):
         t = AutoTokenizer.from_pretrained(model_dir)
