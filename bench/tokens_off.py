@@ -39,14 +39,7 @@ def without(model: Path, out: Path, tokens: set[str]) -> int:
         sys.exit(f"{model}: a {tokenizer['model']['type']} tokenizer; this script rewrites WordPiece vocabularies only")
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for item in model.iterdir():
-        if item.name in ("tokenizer.json", "tb"):
-            continue
-        if item.is_dir():
-            shutil.copytree(item, out / item.name)
-        else:
-            shutil.copy2(item, out / item.name)
+    shutil.copytree(model, out, ignore=shutil.ignore_patterns("tb", "tokenizer.json"))
     vocab = tokenizer["model"]["vocab"]
     dropped = [t for t in tokens if vocab.pop(t, None) is not None]
     (out / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
